@@ -1,0 +1,138 @@
+"""Build a Config from ``key=value`` arguments through OmegaConf's structured configs.
+
+An unknown key or a value of the wrong type raises ConfigError naming the key, before anything loads.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .presets import ALGORITHM_PRESETS, CPU_PROFILE, TASK_PRESETS
+from .schema import Config
+
+
+class ConfigError(ValueError):
+    """A bad command-line key or value."""
+
+
+def _split_args(args: Iterable[str]) -> List[Tuple[str, str]]:
+    pairs = []
+    for arg in args:
+        if "=" not in arg or arg.startswith("="):
+            raise ConfigError(f"expected key=value, got {arg!r} (e.g. trainer.total_steps=10)")
+        key, value = arg.split("=", 1)
+        pairs.append((key.strip().lstrip("+"), value))
+    return pairs
+
+
+def _profile_applies(profile: str, device: str, cuda_available: Optional[bool]) -> bool:
+    if profile == "cpu":
+        return True
+    if profile != "auto":
+        return False
+    if device == "cpu":
+        return True
+    if device == "cuda":
+        return False
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return not cuda_available
+
+
+def _merge(base, layer: Dict[str, Any], what: str):
+    try:
+        return OmegaConf.merge(base, OmegaConf.create(layer))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{what}: {_describe(exc)}") from None
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None)
+    msg = str(exc).splitlines()[0]
+    if key:
+        return f"config key '{key}': {msg}"
+    return msg
+
+
+def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None) -> Tuple[Config, Dict[str, Any]]:
+    """Returns (config, notes). ``notes`` says which presets and profile were applied."""
+    pairs = _split_args(args)
+    task = next((v for k, v in pairs if k == "task"), "gsm8k")
+    algorithm = next((v for k, v in pairs if k == "algorithm"), None)
+    if task not in TASK_PRESETS:
+        raise ConfigError(f"config key 'task': unknown task {task!r}; known: {', '.join(sorted(TASK_PRESETS))}")
+    if algorithm is not None and algorithm not in ALGORITHM_PRESETS:
+        raise ConfigError(f"config key 'algorithm': unknown algorithm {algorithm!r}; "
+                          f"known: {', '.join(sorted(ALGORITHM_PRESETS))} (or set algorithm.<field>=...)")
+    user = [(k, v) for k, v in pairs if k not in ("task", "algorithm")]
+
+    cfg = OmegaConf.structured(Config)
+    cfg = _merge(cfg, {"task": task}, "task")
+    cfg = _merge(cfg, copy.deepcopy(TASK_PRESETS[task]), f"task preset {task}")
+    if algorithm is not None:
+        cfg = _merge(cfg, {"algorithm": {"name": algorithm, **ALGORITHM_PRESETS[algorithm]}}, f"algorithm {algorithm}")
+
+    try:
+        user_cfg = OmegaConf.from_dotlist([f"{k}={v}" for k, v in user])
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_describe(exc)) from None
+    # Profile is decided from the user's trainer.* choices, then layered beneath the user's values.
+    try:
+        probe = OmegaConf.merge(cfg, user_cfg)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_describe(exc)) from None
+    notes: Dict[str, Any] = {"task": task, "algorithm": algorithm or probe.algorithm.name, "profile": None}
+    if _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
+        cfg = _merge(cfg, copy.deepcopy(CPU_PROFILE), "cpu profile")
+        notes["profile"] = "cpu"
+    cfg = OmegaConf.merge(cfg, user_cfg)
+    obj: Config = OmegaConf.to_object(cfg)
+    validate(obj)
+    return obj, notes
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that types alone cannot express."""
+    def need(ok: bool, key: str, msg: str) -> None:
+        if not ok:
+            raise ConfigError(f"config key '{key}': {msg}")
+
+    need(cfg.rollout.engine in ("auto", "vllm", "hf"), "rollout.engine", "must be auto, vllm or hf")
+    need(cfg.rollout.n >= 1, "rollout.n", "must be >= 1")
+    need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+    need(cfg.data.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
+    need(cfg.actor.micro_batch_size_per_worker >= 1, "actor.micro_batch_size_per_worker", "must be >= 1")
+    need(cfg.actor.ppo_mini_batch_size >= 0, "actor.ppo_mini_batch_size", "must be >= 0")
+    mb = cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size
+    need(cfg.data.train_batch_size % mb == 0, "actor.ppo_mini_batch_size",
+         f"must divide data.train_batch_size ({cfg.data.train_batch_size})")
+    need(cfg.trainer.resume in ("auto", "never") or bool(cfg.trainer.resume), "trainer.resume",
+         "auto, never, or a checkpoint directory")
+    need(cfg.trainer.device in ("auto", "cpu", "cuda"), "trainer.device", "must be auto, cpu or cuda")
+    need(cfg.trainer.profile in ("auto", "cpu", "none"), "trainer.profile", "must be auto, cpu or none")
+    need(cfg.model.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
+         "must be auto, float32, bfloat16 or float16")
+    need(cfg.algorithm.loss_agg_mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+         "algorithm.loss_agg_mode", "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm")
+    need(cfg.algorithm.kl_estimator in ("k1", "k2", "k3"), "algorithm.kl_estimator", "must be k1, k2 or k3")
+    need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
+    for k in cfg.eval.k:
+        need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_dict(cfg: Config) -> Dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg))
+
+
+def from_dict(d: Dict[str, Any]) -> Config:
+    """Rebuild a Config from ``to_dict`` output (checkpoints store it)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(d)))

@@ -1,0 +1,41 @@
+"""Presets: plain nested dicts merged under the user's key=value overrides.
+
+Order of layers (later wins): schema defaults -> task preset -> algorithm preset -> size profile -> user.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+TASK_PRESETS: Dict[str, Dict[str, Any]] = {
+    # Grade-school math: numeric answers after '####' in the gold; the model is asked for \boxed{}.
+    "gsm8k": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "math"}},
+    # MATH: LaTeX answers; trains on MATH train (Hub or data.train_files), validates on MATH-500.
+    "math": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "math"}},
+    # Generated two-number arithmetic with a boxed answer: small, fast, partly solvable by tiny models.
+    "arith": {"rollout": {"max_new_tokens": 64}, "reward": {"verifier": "math"}},
+    # Code: tests run in a sandbox.
+    "mbpp": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
+    "humaneval": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
+    # Lean 4 proofs (needs a Lean REPL).
+    "minif2f": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "lean", "timeout_s": 120.0}},
+}
+
+ALGORITHM_PRESETS: Dict[str, Dict[str, Any]] = {
+    "grpo": {"adv_estimator": "grpo", "norm_by_std": True, "use_kl_loss": True},
+    "drgrpo": {"adv_estimator": "grpo", "norm_by_std": False, "loss_agg_mode": "seq-mean-token-sum-norm",
+               "use_kl_loss": False, "kl_coef": 0.0},
+    "rloo": {"adv_estimator": "rloo", "use_kl_loss": False, "kl_in_reward": True},
+    "reinforce_pp": {"adv_estimator": "reinforce_pp", "use_kl_loss": False, "kl_in_reward": True},
+    "ppo": {"adv_estimator": "gae", "use_kl_loss": False, "kl_in_reward": True, "gamma": 1.0, "lam": 1.0},
+    "dapo": {"adv_estimator": "grpo", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "use_kl_loss": False,
+             "kl_coef": 0.0, "loss_agg_mode": "token-mean", "dynamic_sampling": True, "overlong_buffer": 64},
+    "gspo": {"adv_estimator": "grpo", "policy_loss": "gspo", "clip_ratio_low": 0.0003, "clip_ratio_high": 0.0004,
+             "loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": False, "kl_coef": 0.0},
+}
+
+# With no GPU and no sizes given: a first step of the default command ends within minutes on 2 cores.
+CPU_PROFILE: Dict[str, Any] = {
+    "data": {"train_batch_size": 4, "val_limit": 16, "max_prompt_length": 384},
+    "rollout": {"n": 4, "max_new_tokens": 160},
+    "actor": {"micro_batch_size_per_worker": 4},
+}

