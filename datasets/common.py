@@ -1,0 +1,137 @@
+"""Shared recipe machinery: the row schema, writing/reading parquet, and where a task's data comes from.
+
+Lookup order for a task's split (issue 2): explicit files -> prepared parquet in the cache -> upstream files in
+``REASONRL_DATA_DIR`` -> the Hugging Face Hub when online -> an error naming the one command that prepares the data.
+A recipe module (``reasonrl.datasets.<name>``) exposes ``build_rows(split, data_dir) -> list[dict]``; with
+``data_dir=None`` it may read the Hub, and raises FileNotFoundError when it cannot find its source.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+
+
+class DataError(ValueError):
+    """A dataset file or row that does not follow the schema."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("REASONRL_CACHE", Path.home() / ".cache" / "reasonrl")) / "data"
+
+
+def data_dir_from_env() -> Optional[Path]:
+    value = os.environ.get("REASONRL_DATA_DIR")
+    return Path(value) if value else None
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def check_row(row: Any, where: str) -> None:
+    """Raise DataError naming ``where`` (file and row index) when ``row`` breaks the schema."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a mapping, got {type(row).__name__}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+    if missing:
+        raise DataError(f"{where}: missing column(s) {', '.join(missing)}")
+    prompt = row["prompt"]
+    if isinstance(prompt, str) or not isinstance(prompt, (list, tuple)) or not prompt:
+        raise DataError(f"{where}: 'prompt' must be a non-empty list of chat messages")
+    for j, msg in enumerate(prompt):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
+            raise DataError(f"{where}: prompt message {j} needs string 'role' and 'content'")
+    rm = row["reward_model"]
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+        raise DataError(f"{where}: 'reward_model' must hold a 'ground_truth'")
+
+
+def write_parquet(rows: Sequence[Dict[str, Any]], path: Path) -> Path:
+    """Validate and write rows atomically (temp file, then rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i, row in enumerate(rows):
+        check_row(row, f"row {i}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_rows(path: str) -> List[Dict[str, Any]]:
+    """Read a parquet (or jsonl) file of schema rows; a broken row fails with its index."""
+    if str(path).endswith((".jsonl", ".json")):
+        import json
+
+        rows = []
+        with open(path) as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}: row {i}: not valid JSON ({exc.msg})") from None
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:
+            raise DataError(f"{path}: cannot read parquet ({exc})") from None
+    for i, row in enumerate(rows):
+        check_row(row, f"{path}: row {i}")
+    return rows
+
+
+def recipe(name: str):
+    try:
+        return importlib.import_module(f"reasonrl.datasets.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"reasonrl.datasets.{name}":
+            raise DataError(f"no dataset recipe named {name!r}") from None
+        raise
+
+
+def prepare(name: str, split: str, data_dir: Optional[Path] = None, out_dir: Optional[Path] = None) -> Path:
+    """Build ``name``'s split from ``data_dir`` (or the Hub when data_dir is None) into the cache; return the path."""
+    rows = recipe(name).build_rows(split, data_dir)
+    if not rows:
+        raise DataError(f"recipe {name!r} produced no rows for split {split!r}")
+    return write_parquet(rows, (out_dir or cache_dir() / name) / f"{split}.parquet")
+
+
+def find_split(name: str, split: str, explicit: Optional[Sequence[str]] = None) -> List[str]:
+    """The parquet files for ``name``'s ``split``, found in the documented order."""
+    if explicit:
+        missing = [f for f in explicit if not Path(f).exists()]
+        if missing:
+            raise DataError(f"data files not found: {', '.join(missing)}")
+        return list(explicit)
+    cached = cache_dir() / name / f"{split}.parquet"
+    if cached.exists():
+        return [str(cached)]
+    errors = []
+    data_dir = data_dir_from_env()
+    if data_dir is not None:
+        try:
+            return [str(prepare(name, split, data_dir))]
+        except FileNotFoundError as exc:
+            errors.append(f"REASONRL_DATA_DIR={data_dir}: {exc}")
+    if not hub_offline():
+        try:
+            return [str(prepare(name, split, None))]
+        except Exception as exc:  # no network, no `datasets` package, ...
+            errors.append(f"Hugging Face Hub: {type(exc).__name__}: {exc}")
+    else:
+        errors.append("Hugging Face Hub: offline (HF_HUB_OFFLINE=1)")
+    raise DataError(
+        f"no data for task {name!r} split {split!r}. Tried: " + "; ".join(errors) +
+        f". Prepare it with: python -m reasonrl.datasets.prepare {name} --split {split} --data-dir DIR "
+        f"(DIR holding the upstream files), or pass data.train_files=/data.val_files=.")

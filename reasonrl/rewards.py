@@ -1,0 +1,30 @@
+"""From a dataset row and a response to a VerifierPool item (shared by training and evaluation)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+from reasonrl.config.schema import RewardConfig
+
+# data_source -> verifier, for rows without a `verifier` column (verl-style data).
+DATA_SOURCE_VERIFIERS = {
+    "openai/gsm8k": "math", "gsm8k": "math", "math500": "math", "math": "math", "arith": "math",
+    "lighteval/MATH": "math", "DigitalLearningGmbH/MATH-lighteval": "math", "HuggingFaceH4/MATH-500": "math",
+    "mbpp": "code", "humaneval": "code", "openai_humaneval": "code", "minif2f": "lean",
+}
+
+
+def verifier_for(row: Dict[str, Any], reward: RewardConfig) -> str:
+    if reward.verifier:
+        return reward.verifier
+    if row.get("verifier"):
+        return row["verifier"]
+    source = row.get("data_source", "")
+    if source in DATA_SOURCE_VERIFIERS:
+        return DATA_SOURCE_VERIFIERS[source]
+    raise ValueError(f"no verifier for data_source {source!r}: add a 'verifier' column or set reward.verifier=")
+
+
+def verify_item(row: Dict[str, Any], response: str, reward: RewardConfig) -> Tuple[str, str, Any, Dict[str, Any]]:
+    """``(verifier, response, ground_truth, extra)`` for ``VerifierPool.verify_batch``."""
+    extra = {k: v for k, v in (row.get("extra_info") or {}).items() if v is not None}
+    return verifier_for(row, reward), response, row["reward_model"]["ground_truth"], extra

@@ -1,0 +1,105 @@
+"""The hf engine: transformers ``generate`` on a full (unsharded) copy of the policy — the fallback that runs anywhere.
+
+It keeps its own copy of the weights, like vLLM does, so rollout never runs through FSDP collectives (ranks may
+generate different lengths), and new weights arrive through the same ``update_weights`` path as vLLM's.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Tuple
+
+import torch
+
+from .base import Completion, SamplingParams
+
+
+class HFRolloutEngine:
+    name = "hf"
+    supports_sleep = False
+
+    def __init__(self, model, tokenizer, device: str = "cpu", logprob_micro_batch: int = 16) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.logprob_micro_batch = logprob_micro_batch
+        self._params = dict(self.model.named_parameters())
+
+    @classmethod
+    def from_pretrained(cls, path: str, tokenizer, dtype: torch.dtype, device: str) -> "HFRolloutEngine":
+        from reasonrl.models import load_causal_lm
+
+        return cls(load_causal_lm(path, dtype), tokenizer, device)
+
+    @torch.no_grad()
+    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        pad = self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
+        stop_ids = ([] if sampling.ignore_eos else [eos]) + list(sampling.stop_token_ids)
+        width = max(len(p) for p in prompt_token_ids)
+        input_ids = torch.full((len(prompt_token_ids), width), pad, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for i, p in enumerate(prompt_token_ids):  # left padding
+            input_ids[i, width - len(p):] = torch.tensor(p)
+            attention[i, width - len(p):] = 1
+        greedy = sampling.temperature <= 0
+        kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_new_tokens,
+                      num_return_sequences=sampling.n, pad_token_id=pad,
+                      eos_token_id=stop_ids or None, return_dict_in_generate=False)
+        if not greedy:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k if sampling.top_k > 0 else None)
+        if sampling.ignore_eos:
+            kwargs.update(min_new_tokens=sampling.max_new_tokens)
+        out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                  **kwargs).cpu()
+        gen = out[:, width:]
+        prompts = [p for p in prompt_token_ids for _ in range(sampling.n)]
+        token_lists, reasons = [], []
+        for row in gen.tolist():
+            cut, reason = len(row), "length"
+            for j, tok in enumerate(row):
+                if tok in stop_ids:
+                    cut, reason = j + 1, "stop"
+                    break
+            token_lists.append(row[:cut])
+            reasons.append(reason)
+        logprobs = self.sequence_logprobs(prompts, token_lists)
+        completions = [Completion(t, self.tokenizer.decode(t, skip_special_tokens=True), lp, r)
+                       for t, lp, r in zip(token_lists, logprobs, reasons)]
+        return [completions[i * sampling.n:(i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
+
+    @torch.no_grad()
+    def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
+        """Log-probabilities (temperature 1) of each response token given its prompt, by one teacher-forced pass."""
+        from reasonrl.algorithms.logprob import log_probs_from_logits
+
+        result: List[List[float]] = []
+        pad = self.tokenizer.pad_token_id
+        for start in range(0, len(prompts), self.logprob_micro_batch):
+            ps, rs = prompts[start:start + self.logprob_micro_batch], responses[start:start + self.logprob_micro_batch]
+            pw, rw = max(len(p) for p in ps), max(max(len(r) for r in rs), 1)
+            ids = torch.full((len(ps), pw + rw), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for i, (p, r) in enumerate(zip(ps, rs)):
+                ids[i, pw - len(p):pw + len(r)] = torch.tensor(p + r)
+                mask[i, pw - len(p):pw + len(r)] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                position_ids=pos.to(self.device)).logits[:, pw - 1:-1].float()
+            lp = log_probs_from_logits(logits, ids[:, pw:].to(self.device)).cpu()
+            result.extend(lp[i, :len(r)].tolist() for i, r in enumerate(rs))
+        return result
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in named_tensors:
+            if name not in self._params:
+                raise KeyError(f"hf engine: unknown parameter {name!r}")
+            self._params[name].copy_(tensor.to(self._params[name].dtype))
+
+    def sleep(self) -> None:
+        """No-op: the hf engine keeps its weights (it has no KV cache between calls)."""
+
+    def wake_up(self) -> None:
+        """No-op (see ``sleep``)."""

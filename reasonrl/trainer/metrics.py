@@ -1,0 +1,50 @@
+"""Per-step metrics from a rollout batch, and a phase timer."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Dict, List
+
+import torch
+
+from reasonrl.algorithms import kl_penalty, masked_mean
+
+
+class PhaseTimer:
+    """``with timer("rollout"): ...`` adds the seconds to ``timing_s/rollout``."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> Dict[str, float]:
+        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+
+
+def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: torch.Tensor,
+                    finish_reasons: List[str]) -> Dict[str, float]:
+    lengths = response_mask.sum(-1)
+    return {
+        "reward/mean": float(scores.mean()),
+        "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
+        "reward/accuracy": sum(bool(c) for c in correct) / max(1, len(correct)),
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": float(lengths.max()),
+        "response_length/clip_ratio": sum(r == "length" for r in finish_reasons) / max(1, len(finish_reasons)),
+    }
+
+
+def policy_metrics(old_log_probs: torch.Tensor, ref_log_probs, entropy, mask: torch.Tensor) -> Dict[str, float]:
+    out = {}
+    if entropy is not None:
+        out["actor/entropy"] = float(masked_mean(entropy, mask))
+    if ref_log_probs is not None:
+        out["actor/kl"] = float(masked_mean(kl_penalty(old_log_probs, ref_log_probs, "k3"), mask))
+    return out

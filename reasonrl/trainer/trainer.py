@@ -1,0 +1,254 @@
+"""The RL loop. One step reads like the algorithm:
+
+rollout -> verify -> old log-probs -> ref log-probs -> advantages -> actor update -> weight sync,
+
+each phase under a timer (``timing_s/<phase>``), all metrics of a step in one dict.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+from tqdm import tqdm
+
+from reasonrl.algorithms import compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty
+from reasonrl.config import Config, to_dict, to_yaml
+from reasonrl.controller import WorkerGroup, start_ray
+from reasonrl.data import Batch, EpochSampler, PromptDataset
+from reasonrl.data.collate import collate_rollout
+from reasonrl.datasets import task_files
+from reasonrl.models import load_tokenizer, resolve_model_path
+from reasonrl.rewards import verify_item
+from reasonrl.verifiers import VerifierPool
+from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
+from .metrics import PhaseTimer, policy_metrics, rollout_metrics
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(cfg: Config) -> str:
+    if cfg.trainer.device != "auto":
+        return cfg.trainer.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def world_size_for(cfg: Config, device: str) -> int:
+    if cfg.trainer.num_workers:
+        return cfg.trainer.num_workers
+    return max(1, torch.cuda.device_count()) if device == "cuda" else 1
+
+
+def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
+    """The derived sizes printed at start-up (and checked: every rank gets the same work)."""
+    B, n = cfg.data.train_batch_size, cfg.rollout.n
+    mini = cfg.actor.ppo_mini_batch_size or B
+    per_worker_mini = mini * n // world_size
+    micro = cfg.actor.micro_batch_size_per_worker
+    return [
+        ("prompts per step (data.train_batch_size)", B),
+        ("samples per prompt (rollout.n)", n),
+        ("responses per step", B * n),
+        ("workers (data-parallel ranks)", world_size),
+        ("prompts per worker per step", B // world_size if B % world_size == 0 else f"{B}/{world_size}!"),
+        ("mini-batches per step (optimizer steps x ppo_epochs)", (B // mini) * cfg.actor.ppo_epochs),
+        ("responses per mini-batch", mini * n),
+        ("responses per mini-batch per worker", per_worker_mini),
+        ("micro-batches per mini-batch per worker", -(-per_worker_mini // micro)),
+    ]
+
+
+def check_divisibility(cfg: Config, world_size: int) -> None:
+    B = cfg.data.train_batch_size
+    mini = cfg.actor.ppo_mini_batch_size or B
+    if B % world_size:
+        raise ValueError(f"data.train_batch_size={B} must be divisible by the {world_size} workers")
+    if (mini * cfg.rollout.n) % world_size:
+        raise ValueError(f"actor.ppo_mini_batch_size x rollout.n = {mini * cfg.rollout.n} responses must be "
+                         f"divisible by the {world_size} workers")
+
+
+class Trainer:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.device = resolve_device(cfg)
+        self.world_size = world_size_for(cfg, self.device)
+        check_divisibility(cfg, self.world_size)
+        self.run_dir = Path(cfg.trainer.output_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.model_path = resolve_model_path(cfg.model.path)
+        self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
+        self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
+                                        cfg.data.max_prompt_length, cfg.data.apply_chat_template,
+                                        cfg.data.system_prompt)
+        self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, cfg.trainer.seed,
+                                    cfg.data.shuffle)
+        self.val_data: Optional[PromptDataset] = None
+        self.step = 0
+
+        cores = os.cpu_count() or 1
+        start_ray(cfg.trainer.ray_address, num_cpus=cores)
+        cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
+        self.workers = WorkerGroup(ActorRolloutRefWorker, self.world_size, self.device == "cuda", cpus_per_worker,
+                                   {"config": to_dict(cfg), "model_path": self.model_path})
+        self.worker_info = self.workers.info()
+        verifier_options = {cfg.reward.verifier: dict(cfg.reward.verifier_options)} if cfg.reward.verifier else None
+        self.pool = VerifierPool(workers=cfg.reward.workers, timeout_s=cfg.reward.timeout_s,
+                                 verifier_options=verifier_options)
+        from reasonrl.logging import make_logger
+
+        self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
+                                  cfg.trainer.experiment)
+        self._resume()
+
+    # ------------------------------------------------------------------ set-up
+    def _resume(self) -> None:
+        mode = self.cfg.trainer.resume
+        if mode == "never":
+            return
+        ckpt = latest_checkpoint(str(self.run_dir)) if mode == "auto" else Path(mode)
+        if ckpt is None:
+            return
+        if not (ckpt / "trainer_state.json").exists():
+            raise FileNotFoundError(f"trainer.resume={mode}: {ckpt} is not a complete checkpoint")
+        self.workers.load_checkpoint(str(ckpt))
+        state = read_trainer_state(ckpt)
+        self.step = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.workers.sync_weights()
+        print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, offset {self.sampler.offset})",
+              flush=True)
+
+    def sampling(self, validation: bool = False) -> Dict[str, Any]:
+        r = self.cfg.rollout
+        if validation:
+            return {"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,
+                    "max_new_tokens": r.max_new_tokens}
+        return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
+                "max_new_tokens": r.max_new_tokens}
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> None:
+        t = self.cfg.trainer
+        if t.val_before_train and self.step == 0:
+            self.logger.log(self.validate(), 0)
+        bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
+        last_saved = self.step
+        try:
+            while self.step < t.total_steps:
+                metrics = self.train_step()
+                self.step += 1
+                if t.val_every and self.step % t.val_every == 0:
+                    metrics.update(self.validate())
+                self.logger.log(metrics, self.step)
+                bar.update(1)
+                if (t.save_every and self.step % t.save_every == 0) or self.step == t.total_steps:
+                    self.save()
+                    last_saved = self.step
+        except KeyboardInterrupt:
+            if self.step > last_saved:
+                print(f"interrupted: saving step {self.step}", flush=True)
+                self.save()
+            raise
+        finally:
+            bar.close()
+
+    def train_step(self) -> Dict[str, Any]:
+        cfg, alg = self.cfg, self.cfg.algorithm
+        timer = PhaseTimer()
+        with timer("step"):
+            prompts = [self.train_data[i] for i in self.sampler.next_indices()]
+            with timer("rollout"):
+                gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
+                                            self.sampling())
+            n = cfg.rollout.n
+            rows = [prompts[j // n].row for j in range(len(gen))]
+            with timer("verify"):
+                results = self.pool.verify_batch([verify_item(row, text, cfg.reward)
+                                                  for row, text in zip(rows, gen["response_text"])])
+            batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
+                                    self.tokenizer.pad_token_id)
+            scores = torch.tensor([r.score for r in results], dtype=torch.float32)
+            metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
+                                      gen["finish_reason"])
+            if alg.overlong_buffer > 0:
+                scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
+                                                   alg.overlong_buffer, alg.overlong_penalty)
+            with timer("old_log_probs"):
+                batch = batch.union(self.workers.compute_log_probs(batch))
+            ref = None
+            if alg.use_kl_loss or alg.kl_in_reward:
+                with timer("ref_log_probs"):
+                    batch = batch.union(self.workers.compute_ref_log_probs(batch))
+                ref = batch["ref_log_probs"]
+            mask = batch["response_mask"]
+            metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
+            metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+            with timer("advantages"):
+                token_rewards = None
+                if alg.kl_in_reward:
+                    last = (mask.sum(-1).long() - 1).clamp(min=0)
+                    token_rewards = -alg.kl_coef * kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator) * mask
+                    token_rewards[torch.arange(len(scores)), last] += scores
+                group_index = torch.arange(len(prompts)).repeat_interleave(n)
+                adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
+                                                  group_index=group_index, token_rewards=token_rewards,
+                                                  gamma=alg.gamma, lam=alg.lam, norm_by_std=alg.norm_by_std)
+                batch["advantages"], batch["returns"] = adv, returns
+            with timer("sleep"):
+                self.workers.sleep_engine()
+            with timer("update_actor"):
+                metrics.update(self.workers.update_actor(batch))
+            with timer("weight_sync"):
+                sync = self.workers.sync_weights()
+            metrics["weight_sync/bytes"] = sync[0]["bytes"]
+            if cfg.rollout.check_weight_sync:
+                metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
+        metrics.update(self.pool.pop_stats())
+        metrics.update(timer.metrics())
+        response_tokens = float(mask.sum())
+        all_tokens = float(batch["attention_mask"].sum())
+        metrics["perf/rollout_tokens_per_s"] = response_tokens / max(timer.seconds["rollout"], 1e-9)
+        metrics["perf/tokens_per_s"] = all_tokens / max(timer.seconds["step"], 1e-9)
+        metrics["data/epoch"] = self.sampler.epoch
+        if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
+            self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
+                                      "response": gen["response_text"][j], "reward": results[j].score,
+                                      "reason": results[j].info.get("reason", "")}
+                                     for j in range(min(len(gen), 2 * n))], self.step + 1)
+        return metrics
+
+    def validate(self) -> Dict[str, float]:
+        cfg = self.cfg
+        if self.val_data is None:
+            self.val_data = PromptDataset(task_files(cfg.task, "val", cfg.data.val_files), self.tokenizer,
+                                          cfg.data.max_prompt_length, cfg.data.apply_chat_template,
+                                          cfg.data.system_prompt, limit=cfg.data.val_limit)
+        scores, correct = [], []
+        chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
+        for start in range(0, len(self.val_data), chunk):
+            prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
+            real = len(prompts)
+            prompts += [prompts[-1]] * ((-real) % self.world_size)  # every rank gets the same count
+            gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
+                                        self.sampling(validation=True))
+            items = [verify_item(p.row, text, cfg.reward) for p, text in zip(prompts[:real], gen["response_text"])]
+            for r in self.pool.verify_batch(items):
+                scores.append(r.score)
+                correct.append(bool(r.correct))
+        return {"val/reward_mean": sum(scores) / len(scores), "val/accuracy": sum(correct) / len(correct)}
+
+    def save(self) -> Path:
+        state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size}
+        path = save_checkpoint(str(self.run_dir), self.step, self.workers.save_checkpoint, state, to_yaml(self.cfg),
+                               self.cfg.trainer.keep_checkpoints)
+        return path
+
+    def close(self) -> None:
+        self.pool.close()
+        self.logger.close()
+        self.workers.shutdown()

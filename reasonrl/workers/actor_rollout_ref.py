@@ -1,0 +1,289 @@
+"""ActorRolloutRef: one data-parallel rank of the hybrid engine.
+
+It holds the FSDP2-sharded actor (with its optimizer), the rollout engine colocated in the same process, and the
+reference policy. All phase switching lives here: wake the engine before rollout, sleep it (and optionally offload
+the actor) around training, stream the new weights into the engine after each update.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
+from reasonrl.config import from_dict
+from reasonrl.data.batch import Batch
+from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
+from reasonrl.models.forward import response_log_probs
+from reasonrl.rollout import SamplingParams, make_rollout_engine
+from reasonrl.rollout.weight_sync import iter_buckets
+
+from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
+from .distributed import all_reduce_sum, init_distributed
+from .fsdp import full_state_dict, load_full_state_dict, shard_model
+
+log = logging.getLogger(__name__)
+
+
+class ActorRolloutRefWorker:
+    def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
+                 master_port: int, num_threads: int = 0) -> None:
+        self.cfg = from_dict(config)
+        self.rank, self.world_size = rank, world_size
+        self.device = "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu"
+        if self.device == "cpu" and num_threads:
+            torch.set_num_threads(num_threads)
+        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
+        torch.manual_seed(self.cfg.trainer.seed)
+        self.model_path = model_path
+        self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
+        self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)
+
+        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+        if self.cfg.model.gradient_checkpointing:
+            self.actor.gradient_checkpointing_enable()
+        self.actor.config.use_cache = False
+        shard_model(self.actor, self.mesh, self.device, self.compute_dtype)
+        a = self.cfg.actor
+        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=a.lr, betas=tuple(a.betas),
+                                           weight_decay=a.weight_decay)
+        warmup = max(0, a.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+
+        self.ref = None
+        if self.cfg.algorithm.use_kl_loss or self.cfg.algorithm.kl_in_reward:
+            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+            self.ref.requires_grad_(False)
+            shard_model(self.ref, self.mesh, self.device, self.compute_dtype)
+            self.ref.eval()
+
+        max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
+        self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
+                                          self.device, max_len)
+        self.engine_awake = True
+
+    # ------------------------------------------------------------------ rollout
+    @dispatch(SPLIT_BATCH)
+    def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
+        """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
+        by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
+        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
+        self._wake_engine()
+        params = SamplingParams(**sampling)
+        results = self.engine.generate(prompts["prompt_ids"], params)
+        meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
+                                                      "response_text", "finish_reason", "prompt_row")}
+        for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
+            for c in completions:
+                meta["prompt_ids"].append(list(prompt))
+                meta["response_ids"].append(list(c.token_ids))
+                meta["rollout_log_probs"].append(list(c.logprobs))
+                meta["response_text"].append(c.text)
+                meta["finish_reason"].append(c.finish_reason)
+                meta["prompt_row"].append(i)
+        return Batch(meta=meta)
+
+    def _wake_engine(self) -> None:
+        if not self.engine_awake:
+            self.engine.wake_up()
+            self.engine_awake = True
+
+    @dispatch(ONE_TO_ALL)
+    def sleep_engine(self) -> float:
+        """Free the engine's memory before training (GPU vLLM); a no-op where the engine cannot sleep."""
+        start = time.perf_counter()
+        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and self.engine_awake:
+            self.engine.sleep()
+            self.engine_awake = False
+        return time.perf_counter() - start
+
+    # ------------------------------------------------------------------ log-probs
+    def _forward_batches(self, model, batch: Batch, with_entropy: bool):
+        size = self.cfg.actor.micro_batch_size_per_worker
+        out_lp, out_ent = [], []
+        for mb in batch.split(size):
+            mb = mb.to(self.device)
+            lp, ent = response_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                         mb["responses"], with_entropy)
+            out_lp.append(lp.cpu())
+            if ent is not None:
+                out_ent.append(ent.cpu())
+        return torch.cat(out_lp), (torch.cat(out_ent) if out_ent else None)
+
+    @dispatch(SPLIT_BATCH)
+    @torch.no_grad()
+    def compute_log_probs(self, batch: Batch) -> Batch:
+        """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token."""
+        self.actor.eval()
+        lp, ent = self._forward_batches(self.actor, batch, with_entropy=True)
+        return Batch({"old_log_probs": lp, "entropy": ent})
+
+    @dispatch(SPLIT_BATCH)
+    @torch.no_grad()
+    def compute_ref_log_probs(self, batch: Batch) -> Batch:
+        if self.ref is None:
+            raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
+        lp, _ = self._forward_batches(self.ref, batch, with_entropy=False)
+        return Batch({"ref_log_probs": lp})
+
+    # ------------------------------------------------------------------ update
+    @dispatch(SPLIT_METRICS)
+    def update_actor(self, batch: Batch) -> Dict[str, float]:
+        """PPO-style update over this rank's share: ``ppo_epochs`` passes over mini-batches, each accumulated over
+        micro-batches; the loss is normalised by global (all-rank) token or sequence counts so that any split of the
+        batch across ranks and micro-batches gives the same gradient."""
+        a, alg = self.cfg.actor, self.cfg.algorithm
+        self.actor.train()
+        n_mini = len(batch) * self.world_size // self._mini_batch_rows()
+        minis = batch.chunk(max(1, n_mini))
+        sums: Dict[str, float] = {}
+        counts: Dict[str, int] = {}
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + float(value)
+            counts[key] = counts.get(key, 0) + 1
+
+        norm_length = self.cfg.rollout.max_new_tokens
+        for _ in range(a.ppo_epochs):
+            for mini in minis:
+                if alg.loss_agg_mode == "token-mean":
+                    global_denom = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
+                else:
+                    global_denom = all_reduce_sum(len(mini), self.device)
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in mini.split(a.micro_batch_size_per_worker):
+                    mb = mb.to(self.device)
+                    mask = mb["response_mask"]
+                    local_denom = mask.sum().item() if alg.loss_agg_mode == "token-mean" else len(mb)
+                    weight = local_denom / max(global_denom, 1e-8) * self.world_size
+                    need_entropy = alg.entropy_coef != 0
+                    lp, ent = response_log_probs(self.actor, mb["input_ids"], mb["attention_mask"],
+                                                 mb["position_ids"], mb["responses"], with_entropy=need_entropy)
+                    is_w = None
+                    if alg.tis_mode != "off":
+                        is_w = tis_weights(mb["old_log_probs"], mb["rollout_log_probs"], mask, alg.tis_mode,
+                                           alg.tis_cap)
+                    pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=mb["old_log_probs"],
+                                                 advantages=mb["advantages"], mask=mask,
+                                                 clip_low=alg.clip_ratio_low, clip_high=alg.clip_ratio_high,
+                                                 clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
+                                                 norm_length=norm_length, is_weights=is_w)
+                    loss = pg
+                    if alg.use_kl_loss and "ref_log_probs" in mb:
+                        kl = aggregate_loss(kl_penalty(lp, mb["ref_log_probs"], alg.kl_estimator), mask,
+                                            alg.loss_agg_mode, norm_length)
+                        loss = loss + alg.kl_coef * kl
+                        add("actor/kl_loss", kl.item())
+                    if need_entropy:
+                        ent_loss = aggregate_loss(ent, mask, alg.loss_agg_mode, norm_length)
+                        loss = loss - alg.entropy_coef * ent_loss
+                    (loss * weight).backward()
+                    add("actor/pg_loss", pg.item())
+                    for k, v in pg_metrics.items():
+                        add(k, v)
+                grad_norm = self._clip_grads(a.grad_clip)
+                if torch.isfinite(torch.tensor(grad_norm)):
+                    self.optimizer.step()
+                else:
+                    log.warning("non-finite grad norm %s: skipping the optimizer step", grad_norm)
+                    add("actor/skipped_steps", 1.0)
+                self.scheduler.step()
+                add("actor/grad_norm", grad_norm)
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        return metrics
+
+    def _mini_batch_rows(self) -> int:
+        prompts = self.cfg.actor.ppo_mini_batch_size or self.cfg.data.train_batch_size
+        return prompts * self.cfg.rollout.n
+
+    def _clip_grads(self, max_norm: float) -> float:
+        params = [p for p in self.actor.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ------------------------------------------------------------------ weight sync
+    @dispatch(ONE_TO_ALL)
+    def sync_weights(self) -> Dict[str, float]:
+        """Stream the actor's parameters as full tensors, in buckets, into the colocated engine."""
+        start = time.perf_counter()
+        self._wake_engine()
+        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        dtype = self.compute_dtype
+        moved = 0
+
+        def full_params():
+            for name, param in self.actor.named_parameters():
+                full = param.full_tensor() if hasattr(param, "full_tensor") else param
+                yield name, full.detach().to(dtype)
+
+        for bucket in iter_buckets(full_params(), bucket_bytes):
+            self.engine.update_weights(bucket)
+            moved += sum(t.numel() * t.element_size() for _, t in bucket)
+        return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
+
+    @dispatch(RANK_ZERO)
+    @torch.no_grad()
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """Debug: the engine's log-probs of a fixed sequence against the actor's (max/mean abs difference)."""
+        from reasonrl.rollout.weight_sync import engine_logprobs
+
+        batch_lp = engine_logprobs(self.engine, prompt_ids, response_ids)
+        ids = torch.tensor([prompt_ids + response_ids], device=self.device)
+        mask = torch.ones_like(ids)
+        pos = torch.arange(ids.shape[1], device=self.device)[None]
+        self.actor.eval()
+        actor_lp, _ = response_log_probs(self.actor, ids, mask, pos, torch.tensor([response_ids], device=self.device))
+        diff = (actor_lp[0].cpu() - torch.tensor(batch_lp)).abs()
+        return {"weight_sync/max_abs_diff": float(diff.max()), "weight_sync/mean_abs_diff": float(diff.mean())}
+
+    # ------------------------------------------------------------------ checkpoints
+    @dispatch(ONE_TO_ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states."""
+        directory = Path(directory)
+        model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
+        if self.rank == 0:
+            hf_dir = directory / "hf"
+            unwrapped = self.actor
+            unwrapped.save_pretrained(hf_dir, state_dict=model_sd, safe_serialization=True)
+            self.tokenizer.save_pretrained(hf_dir)
+            torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict()},
+                       directory / "actor_optim.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state() if self.device == "cuda" else None},
+                   directory / f"rng_rank{self.rank}.pt")
+        dist.barrier()
+
+    @dispatch(ONE_TO_ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        directory = Path(directory)
+        from safetensors.torch import load_file
+
+        model_sd = {}
+        for f in sorted((directory / "hf").glob("*.safetensors")):
+            model_sd.update(load_file(str(f)))
+        state = torch.load(directory / "actor_optim.pt", weights_only=False)
+        load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        rng_file = directory / f"rng_rank{self.rank}.pt"
+        if rng_file.exists():
+            rng = torch.load(rng_file, weights_only=False)
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            if rng.get("cuda") is not None and self.device == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"])
+
+    @dispatch(ONE_TO_ALL)
+    def info(self) -> Dict[str, Any]:
+        return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
+                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep}

@@ -1,0 +1,29 @@
+"""torch.distributed set-up for a worker: gloo on CPU, nccl on GPU, and a 1-D device mesh for FSDP2."""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int, device: str):
+    """Join the process group; returns the device mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK="0")
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
+    if not dist.is_initialized():
+        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
+                                world_size=world_size, timeout=timedelta(minutes=30))
+    return init_device_mesh(device, (world_size,))
+
+
+def all_reduce_sum(value: float, device: str) -> float:
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())

@@ -1,0 +1,46 @@
+"""FSDP2 helpers: shard a Hugging Face causal LM, and move full (unsharded) state dicts in and out."""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import torch
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+def decoder_layers(model) -> list:
+    """The transformer blocks of a causal LM (each becomes its own FSDP2 unit)."""
+    for attr in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
+        obj = model
+        try:
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return list(obj)
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+
+
+def shard_model(model, mesh, device: str, compute_dtype: torch.dtype) -> None:
+    """``fully_shard`` every decoder layer, then the root; parameters stay fp32, compute in ``compute_dtype``."""
+    model.to(device)
+    kwargs = {"mesh": mesh}
+    if compute_dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+
+
+def full_state_dict(model, optimizer) -> Tuple[Dict[str, torch.Tensor], dict]:
+    """Full model and optimizer state dicts on CPU (a collective: every rank must call it)."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+
+
+def load_full_state_dict(model, optimizer, model_sd: Dict[str, torch.Tensor], optim_sd: dict) -> None:
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_sd, options=options)
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=options)

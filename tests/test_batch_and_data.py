@@ -1,0 +1,81 @@
+"""Batch container, rollout collation, the epoch sampler and the data lookup order."""
+import json
+
+import pytest
+import torch
+
+from reasonrl.data import Batch, EpochSampler
+from reasonrl.data.collate import collate_rollout
+from reasonrl.datasets import DataError, read_rows, task_files, write_parquet
+from reasonrl.datasets.gsm8k import gold_answer
+
+
+def test_batch_chunk_concat_round_trip():
+    b = Batch({"x": torch.arange(6).view(6, 1)}, {"t": list("abcdef")})
+    parts = b.chunk(3)
+    assert [p["t"] for p in parts] == [["a", "b"], ["c", "d"], ["e", "f"]]
+    again = Batch.concat(parts)
+    assert torch.equal(again["x"], b["x"]) and again["t"] == b["t"]
+    with pytest.raises(ValueError):
+        b.chunk(4)  # 6 rows do not split evenly into 4: ranks must get equal work
+
+
+def test_collate_layout():
+    # prompt [1,2] and [3]; responses [7,8,9] and [5]; pad 0 -> P=2, T=3
+    b = collate_rollout([[1, 2], [3]], [[7, 8, 9], [5]], [[-1.0, -2.0, -3.0], [-0.5]], pad_id=0)
+    assert b["input_ids"].tolist() == [[1, 2, 7, 8, 9], [0, 3, 5, 0, 0]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
+    # positions = cumsum(attention) - 1, clamped at 0: row 2 is cumsum [0,1,2,2,2] - 1 -> [0,0,1,1,1]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 0, 1, 1, 1]]
+    assert b["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert b["rollout_log_probs"].tolist() == [[-1.0, -2.0, -3.0], [-0.5, 0.0, 0.0]]
+
+
+def test_epoch_sampler_resumes_with_same_order():
+    a = EpochSampler(10, 4, seed=3)
+    first = [a.next_indices() for _ in range(2)]
+    state = a.state_dict()
+    rest = [a.next_indices() for _ in range(3)]
+    b = EpochSampler(10, 4, seed=3)
+    b.load_state_dict(state)
+    assert [b.next_indices() for _ in range(3)] == rest
+    assert all(len(x) == 4 for x in first + rest)
+    assert state == {"epoch": 0, "offset": 8}
+    assert b.epoch == 2  # 10 prompts, batches of 4: a new epoch starts every 2 batches (tail of 2 dropped)
+
+
+def test_gsm8k_gold_answer():
+    assert gold_answer("... so 3 + 4 = 7\n#### 1,000") == "1000"
+
+
+def test_lookup_order_env_data_dir_then_cache(tmp_path, monkeypatch, data_dir):
+    monkeypatch.setenv("REASONRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("REASONRL_DATA_DIR", str(data_dir))
+    files = task_files("gsm8k", "val")
+    assert files == [str(tmp_path / "cache" / "data" / "gsm8k" / "test.parquet")]
+    rows = read_rows(files[0])
+    assert len(rows) == 1319 and rows[0]["reward_model"]["ground_truth"] == "18"
+    # Once prepared, the cache is used even without the data dir.
+    monkeypatch.delenv("REASONRL_DATA_DIR")
+    assert task_files("gsm8k", "val") == files
+
+
+def test_no_data_offline_names_the_prepare_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("REASONRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("REASONRL_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError) as err:
+        task_files("gsm8k", "train")
+    assert "python -m reasonrl.datasets.prepare gsm8k" in str(err.value)
+
+
+def test_broken_row_fails_with_its_index(tmp_path):
+    good = {"data_source": "x", "prompt": [{"role": "user", "content": "hi"}], "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {"index": 0}}
+    path = tmp_path / "d.jsonl"
+    bad = dict(good, prompt="just a string")
+    path.write_text("\n".join(json.dumps(r) for r in [good, good, bad]))
+    with pytest.raises(DataError, match="row 2"):
+        read_rows(str(path))
+    with pytest.raises(DataError, match="row 1"):
+        write_parquet([good, dict(good, reward_model={"style": "rule"})], tmp_path / "x.parquet")
