@@ -22,7 +22,6 @@ from reasonrl.data.batch import Batch
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import response_log_probs
 from reasonrl.rollout import SamplingParams, make_rollout_engine
-from reasonrl.rollout.weight_sync import iter_buckets
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, init_distributed
@@ -215,6 +214,8 @@ class ActorRolloutRefWorker:
     @dispatch(ONE_TO_ALL)
     def sync_weights(self) -> Dict[str, float]:
         """Stream the actor's parameters as full tensors, in buckets, into the colocated engine."""
+        from reasonrl.rollout.weight_sync import iter_buckets
+
         start = time.perf_counter()
         self._wake_engine()
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20

@@ -1,0 +1,235 @@
+"""Advantage estimators, selected by name: ``compute_advantages("grpo", scores=..., mask=..., ...)``.
+
+Shapes: B responses, T response tokens (right-padded). ``scores`` [B] is the verifier's reward per
+response, ``mask`` [B, T] marks real response tokens, ``group_index`` [B] gives responses of the same
+prompt the same id. Every estimator returns ``(advantages, returns)``, both [B, T] and 0 outside the mask.
+
+Add an estimator with::
+
+    @register_adv_estimator("mine")
+    def mine(*, scores, mask, group_index, **unused): ...
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .aggregation import check_same_shape, masked_fill_zero, masked_whiten
+
+AdvEstimator = Callable[..., Tuple[Tensor, Tensor]]
+ADV_ESTIMATORS: Dict[str, AdvEstimator] = {}
+
+
+def register_adv_estimator(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Decorator that adds an estimator to ``ADV_ESTIMATORS`` under ``name``."""
+
+    def decorator(fn: AdvEstimator) -> AdvEstimator:
+        if name in ADV_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADV_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def compute_advantages(
+    name: str,
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    group_index: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    values: Optional[Tensor] = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> Tuple[Tensor, Tensor]:
+    """Run the estimator registered as ``name``; returns (advantages [B, T], returns [B, T])."""
+    if name not in ADV_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADV_ESTIMATORS)}")
+    if scores.dim() != 1 or mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
+        raise ValueError(f"expected scores [B] and mask [B, T], got {tuple(scores.shape)} and {tuple(mask.shape)}")
+    if group_index.shape != scores.shape:
+        raise ValueError(f"group_index must be [B]={tuple(scores.shape)}, got {tuple(group_index.shape)}")
+    check_same_shape(mask=mask, token_rewards=token_rewards, values=values)
+    return ADV_ESTIMATORS[name](
+        scores=scores.float(),
+        mask=mask,
+        group_index=group_index,
+        token_rewards=None if token_rewards is None else token_rewards.float(),
+        values=None if values is None else values.float(),
+        gamma=gamma,
+        lam=lam,
+        norm_by_std=norm_by_std,
+        eps=eps,
+    )
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def group_mean_std(scores: Tensor, group_index: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Per-response (group mean, group std, group size), each [B].
+
+    The std is Bessel-corrected (divides by n - 1) as in GRPO; a group of one has std 0.
+    Group ids may be any integers; they need not be contiguous or sorted.
+    """
+    _, inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
+    counts_f = counts.to(scores.dtype)
+    sums = torch.zeros_like(counts_f).index_add_(0, inverse, scores)
+    means = sums / counts_f
+    sq_dev = torch.zeros_like(counts_f).index_add_(0, inverse, (scores - means[inverse]) ** 2)
+    stds = (sq_dev / (counts_f - 1).clamp(min=1)).sqrt()
+    return means[inverse], stds[inverse], counts[inverse]
+
+
+def scores_to_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
+    """Place each response's scalar score on its last valid token: [B] -> [B, T].
+
+    A response without any valid token gets no reward.
+    """
+    mask_b = mask.bool()
+    lengths = mask_b.sum(dim=-1)
+    last = mask_b.shape[-1] - 1 - mask_b.flip(-1).int().argmax(dim=-1)  # index of the last valid token
+    rewards = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    rewards[rows, last] = torch.where(lengths > 0, scores, torch.zeros_like(scores))
+    return rewards
+
+
+def discounted_returns(token_rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """G_t = r_t + gamma * G_{t'} where t' is the next valid token; masked tokens are skipped, 0 there."""
+    mask_b = mask.bool()
+    running = torch.zeros_like(token_rewards[:, 0])
+    returns = torch.zeros_like(token_rewards)
+    for t in reversed(range(token_rewards.shape[-1])):
+        running = torch.where(mask_b[:, t], token_rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return masked_fill_zero(returns, mask)
+
+
+def _broadcast(per_response: Tensor, mask: Tensor) -> Tensor:
+    """[B] -> [B, T], the same value on every valid token, 0 elsewhere."""
+    return masked_fill_zero(per_response[:, None].expand(mask.shape).clone(), mask)
+
+
+def _token_rewards_or_scores(token_rewards: Optional[Tensor], scores: Tensor, mask: Tensor) -> Tensor:
+    return scores_to_token_rewards(scores, mask) if token_rewards is None else masked_fill_zero(token_rewards, mask)
+
+
+# ----------------------------------------------------------------------------- estimators
+
+
+@register_adv_estimator("grpo")
+def grpo_advantages(
+    *, scores: Tensor, mask: Tensor, group_index: Tensor, norm_by_std: bool = True, eps: float = 1e-6, **unused
+) -> Tuple[Tensor, Tensor]:
+    """GRPO: A_i = (s_i - mean_group) / (std_group + eps) on every token; ``norm_by_std=False`` drops the std.
+
+    A group of one, or a group whose scores are all equal, gets advantage 0. Returns equal advantages.
+    """
+    mean, std, _ = group_mean_std(scores, group_index)
+    adv = scores - mean
+    if norm_by_std:
+        adv = adv / (std + eps)
+    adv_tokens = _broadcast(adv, mask)
+    return adv_tokens, adv_tokens.clone()
+
+
+@register_adv_estimator("drgrpo")
+def drgrpo_advantages(*, scores: Tensor, mask: Tensor, group_index: Tensor, **unused) -> Tuple[Tensor, Tensor]:
+    """Dr.GRPO: A_i = s_i - mean_group (GRPO without the std division, whatever ``norm_by_std`` says)."""
+    return grpo_advantages(scores=scores, mask=mask, group_index=group_index, norm_by_std=False)
+
+
+@register_adv_estimator("rloo")
+def rloo_advantages(*, scores: Tensor, mask: Tensor, group_index: Tensor, **unused) -> Tuple[Tensor, Tensor]:
+    """RLOO: A_i = s_i - mean of the other n-1 scores of its group = n/(n-1) * (s_i - mean_group).
+
+    A group of one has no other sample to compare with: advantage 0.
+    """
+    mean, _, counts = group_mean_std(scores, group_index)
+    n = counts.to(scores.dtype)
+    adv = torch.where(counts > 1, (scores - mean) * n / (n - 1).clamp(min=1), torch.zeros_like(scores))
+    adv_tokens = _broadcast(adv, mask)
+    return adv_tokens, adv_tokens.clone()
+
+
+@register_adv_estimator("reinforce_pp")
+def reinforce_pp_advantages(
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    gamma: float = 1.0,
+    eps: float = 1e-6,
+    **unused,
+) -> Tuple[Tensor, Tensor]:
+    """REINFORCE++: discounted returns of the token rewards, whitened over the batch's valid tokens.
+
+    Without ``token_rewards`` the score sits on each response's last valid token. Returns are the
+    un-whitened discounted returns.
+    """
+    rewards = _token_rewards_or_scores(token_rewards, scores, mask)
+    returns = discounted_returns(rewards, mask, gamma)
+    return masked_whiten(returns, mask, eps), returns
+
+
+@register_adv_estimator("reinforce_pp_baseline")
+def reinforce_pp_baseline_advantages(
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    group_index: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    gamma: float = 1.0,
+    eps: float = 1e-6,
+    **unused,
+) -> Tuple[Tensor, Tensor]:
+    """REINFORCE++ with a group baseline: the group's mean score is subtracted on the last valid token,
+    then returns are discounted and whitened over the batch's valid tokens as in ``reinforce_pp``.
+    """
+    mean, _, _ = group_mean_std(scores, group_index)
+    rewards = _token_rewards_or_scores(token_rewards, scores, mask) - scores_to_token_rewards(mean, mask)
+    returns = discounted_returns(rewards, mask, gamma)
+    return masked_whiten(returns, mask, eps), returns
+
+
+@register_adv_estimator("gae")
+def gae_advantages(
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    values: Optional[Tensor] = None,
+    token_rewards: Optional[Tensor] = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    **unused,
+) -> Tuple[Tensor, Tensor]:
+    """Generalised advantage estimation (PPO with a critic).
+
+    delta_t = r_t + gamma * V_{t'} - V_t, A_t = delta_t + gamma * lam * A_{t'} where t' is the next
+    valid token (V and A are 0 after the last one). Returns = A + V (un-whitened); the advantages
+    handed back are whitened over the batch's valid tokens.
+    """
+    if values is None:
+        raise ValueError("the 'gae' advantage estimator needs values (a critic)")
+    rewards = _token_rewards_or_scores(token_rewards, scores, mask)
+    values = masked_fill_zero(values, mask)
+    mask_b = mask.bool()
+    next_value = torch.zeros_like(values[:, 0])
+    running = torch.zeros_like(values[:, 0])
+    raw_adv = torch.zeros_like(values)
+    for t in reversed(range(values.shape[-1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = torch.where(mask_b[:, t], delta + gamma * lam * running, running)
+        next_value = torch.where(mask_b[:, t], values[:, t], next_value)
+        raw_adv[:, t] = running
+    raw_adv = masked_fill_zero(raw_adv, mask)
+    returns = masked_fill_zero(raw_adv + values, mask)
+    return masked_whiten(raw_adv, mask, eps), returns
