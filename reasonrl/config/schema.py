@@ -166,7 +166,7 @@ class RewardConfig:
     verifier: Optional[str] = None
     """Force one verifier for every row (else the row's ``verifier`` column or the data_source mapping)."""
     verifier_options: Dict[str, Any] = field(default_factory=dict)
-    """Options passed to the verifier class."""
+    """Options per verifier name, passed to its class: e.g. ``reward.verifier_options={code: {sandbox: bwrap}}``."""
 
 
 @dataclass
@@ -181,8 +181,6 @@ class TrainerConfig:
     """Save a checkpoint every this many steps (and at the end); 0: only at the end."""
     keep_checkpoints: int = 2
     """Keep the newest this many checkpoints (0: all)."""
-    export_hf: bool = True
-    """Write a Hugging Face safetensors export inside each checkpoint."""
     val_every: int = 0
     """Validate every this many steps (0: never during training)."""
     val_before_train: bool = False

@@ -24,8 +24,10 @@ from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import verify_item
 from reasonrl.verifiers import VerifierPool
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+from reasonrl.workers.critic import CriticWorker
 
 from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
+from .dynamic_sampling import Round, refill_informative_groups
 from .metrics import PhaseTimer, policy_metrics, rollout_metrics
 
 log = logging.getLogger(__name__)
@@ -89,20 +91,26 @@ class Trainer:
                                     cfg.data.shuffle)
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
+        from reasonrl.logging import make_logger  # before the workers: a bad logger fails before any model loads
+
+        self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
+                                  cfg.trainer.experiment)
 
         cores = os.cpu_count() or 1
-        start_ray(cfg.trainer.ray_address, num_cpus=cores)
+        self.use_critic = cfg.algorithm.adv_estimator == "gae"
+        # The critic is colocated: its ranks time-share the actor ranks' cores (phases never overlap), so Ray is told
+        # of twice the cores to place both groups.
+        start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
         cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
         self.workers = WorkerGroup(ActorRolloutRefWorker, self.world_size, self.device == "cuda", cpus_per_worker,
                                    {"config": to_dict(cfg), "model_path": self.model_path})
         self.worker_info = self.workers.info()
-        verifier_options = {cfg.reward.verifier: dict(cfg.reward.verifier_options)} if cfg.reward.verifier else None
+        self.critic: Optional[WorkerGroup] = None
+        if self.use_critic:  # PPO: a value model per rank, next to the actor's
+            self.critic = WorkerGroup(CriticWorker, self.world_size, self.device == "cuda", cpus_per_worker,
+                                      {"config": to_dict(cfg), "model_path": self.model_path})
         self.pool = VerifierPool(workers=cfg.reward.workers, timeout_s=cfg.reward.timeout_s,
-                                 verifier_options=verifier_options)
-        from reasonrl.logging import make_logger
-
-        self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
-                                  cfg.trainer.experiment)
+                                 verifier_options=dict(cfg.reward.verifier_options) or None)
         self._resume()
 
     # ------------------------------------------------------------------ set-up
@@ -116,6 +124,8 @@ class Trainer:
         if not (ckpt / "trainer_state.json").exists():
             raise FileNotFoundError(f"trainer.resume={mode}: {ckpt} is not a complete checkpoint")
         self.workers.load_checkpoint(str(ckpt))
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(ckpt))
         state = read_trainer_state(ckpt)
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -161,20 +171,20 @@ class Trainer:
         cfg, alg = self.cfg, self.cfg.algorithm
         timer = PhaseTimer()
         with timer("step"):
-            prompts = [self.train_data[i] for i in self.sampler.next_indices()]
-            with timer("rollout"):
-                gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
-                                            self.sampling())
             n = cfg.rollout.n
-            rows = [prompts[j // n].row for j in range(len(gen))]
-            with timer("verify"):
-                results = self.pool.verify_batch([verify_item(row, text, cfg.reward)
-                                                  for row, text in zip(rows, gen["response_text"])])
+            rnd = self.sample_round(timer)
+            sampling_metrics: Dict[str, float] = {}
+            if alg.dynamic_sampling:  # DAPO: train only on groups whose rewards differ; refill from more prompts
+                rnd, sampling_metrics = refill_informative_groups(
+                    rnd, lambda: self.sample_round(timer), n, cfg.data.train_batch_size, alg.max_resample_rounds,
+                    self.world_size, cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size)
+            prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
             batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
                                     self.tokenizer.pad_token_id)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
                                       gen["finish_reason"])
+            metrics.update(sampling_metrics)
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
@@ -185,6 +195,9 @@ class Trainer:
                 with timer("ref_log_probs"):
                     batch = batch.union(self.workers.compute_ref_log_probs(batch))
                 ref = batch["ref_log_probs"]
+            if self.critic is not None:
+                with timer("values"):
+                    batch = batch.union(self.critic.compute_values(batch))
             mask = batch["response_mask"]
             metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
             metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
@@ -197,15 +210,20 @@ class Trainer:
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
                 adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
                                                   group_index=group_index, token_rewards=token_rewards,
-                                                  gamma=alg.gamma, lam=alg.lam, norm_by_std=alg.norm_by_std)
+                                                  gamma=alg.gamma, lam=alg.lam, norm_by_std=alg.norm_by_std,
+                                                  values=batch["values"] if self.critic is not None else None)
                 batch["advantages"], batch["returns"] = adv, returns
             with timer("sleep"):
                 self.workers.sleep_engine()
-            with timer("update_actor"):
-                metrics.update(self.workers.update_actor(batch))
-            with timer("weight_sync"):
-                sync = self.workers.sync_weights()
-            metrics["weight_sync/bytes"] = sync[0]["bytes"]
+            if self.critic is not None:
+                with timer("update_critic"):
+                    metrics.update(self.critic.update_critic(batch))
+            if self.step >= cfg.critic.warmup_steps or self.critic is None:  # critic warm-up: the actor waits
+                with timer("update_actor"):
+                    metrics.update(self.workers.update_actor(batch))
+                with timer("weight_sync"):
+                    sync = self.workers.sync_weights()
+                metrics["weight_sync/bytes"] = sync[0]["bytes"]
             if cfg.rollout.check_weight_sync:
                 metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
         metrics.update(self.pool.pop_stats())
@@ -221,6 +239,18 @@ class Trainer:
                                       "reason": results[j].info.get("reason", "")}
                                      for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics
+
+    def sample_round(self, timer: PhaseTimer) -> Round:
+        """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
+        cfg = self.cfg
+        prompts = [self.train_data[i] for i in self.sampler.next_indices()]
+        with timer("rollout"):
+            gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}), self.sampling())
+        rows = [prompts[j // cfg.rollout.n].row for j in range(len(gen))]
+        with timer("verify"):
+            results = self.pool.verify_batch([verify_item(row, text, cfg.reward)
+                                              for row, text in zip(rows, gen["response_text"])])
+        return Round(prompts, gen, results)
 
     def validate(self) -> Dict[str, float]:
         cfg = self.cfg
@@ -244,7 +274,12 @@ class Trainer:
 
     def save(self) -> Path:
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size}
-        path = save_checkpoint(str(self.run_dir), self.step, self.workers.save_checkpoint, state, to_yaml(self.cfg),
+        def write_workers(directory: str) -> None:
+            self.workers.save_checkpoint(directory)
+            if self.critic is not None:
+                self.critic.save_checkpoint(directory)  # into <checkpoint>/critic/
+
+        path = save_checkpoint(str(self.run_dir), self.step, write_workers, state, to_yaml(self.cfg),
                                self.cfg.trainer.keep_checkpoints)
         return path
 
@@ -252,3 +287,5 @@ class Trainer:
         self.pool.close()
         self.logger.close()
         self.workers.shutdown()
+        if self.critic is not None:
+            self.critic.shutdown()

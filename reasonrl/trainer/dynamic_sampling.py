@@ -1,0 +1,93 @@
+"""DAPO dynamic sampling: keep only prompt groups whose rewards differ, and roll out more prompts to refill the batch.
+
+A group whose ``n`` responses all scored the same gives every response advantage 0 under group-relative
+estimators; training on it only adds noise (KL, entropy) and dilutes the token-mean. ``refill_informative_groups``
+keeps the informative groups of the first round, samples further rounds (at most ``max_rounds`` extra) until
+``target_groups`` are kept, and trims the result so every data-parallel rank and every mini-batch gets equal work.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+from reasonrl.algorithms import filter_groups
+from reasonrl.data.batch import Batch
+
+
+@dataclass
+class Round:
+    """One rollout round: prompts (one per group), their responses (``n`` per prompt, grouped) and the verifier
+    results in response order."""
+
+    prompts: List[Any]
+    gen: Batch
+    results: List[Any]
+
+
+def usable_groups(kept: int, world_size: int, mini_batch_prompts: int) -> int:
+    """How many of ``kept`` groups to train on so that the rows split evenly over ranks and mini-batches.
+
+    With at least one aligned set (lcm of world size and mini-batch prompts) the count is a multiple of it, so every
+    rank gets the same number of full mini-batches. With fewer, it is a multiple of the world size below the
+    mini-batch size: a single (short) mini-batch on every rank.
+    """
+    if kept <= 0:
+        return 0
+    unit = math.lcm(world_size, mini_batch_prompts)
+    if kept >= unit:
+        return kept - kept % unit
+    cap = kept if mini_batch_prompts % world_size == 0 else min(kept, mini_batch_prompts - 1)
+    return cap - cap % world_size
+
+
+def informative_group_ids(results: List[Any], n: int) -> List[int]:
+    """Indices of the groups (consecutive runs of ``n`` responses) whose scores are not all equal."""
+    scores = torch.tensor([float(r.score) for r in results], dtype=torch.float32)
+    group_index = torch.arange(len(results) // n).repeat_interleave(n)
+    keep = filter_groups(scores, group_index)
+    return [g for g in range(len(results) // n) if bool(keep[g * n])]
+
+
+def select_groups(rnd: Round, groups: List[int], n: int) -> Round:
+    """The sub-round made of ``groups`` (their prompts, responses and results, in the given order)."""
+    rows = [g * n + j for g in groups for j in range(n)]
+    return Round([rnd.prompts[g] for g in groups], rnd.gen.select(rows) if rows else Batch(),
+                 [rnd.results[i] for i in rows])
+
+
+def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n: int, target_groups: int,
+                              max_rounds: int, world_size: int, mini_batch_prompts: int
+                              ) -> Tuple[Round, Dict[str, float]]:
+    """Keep informative groups from ``first`` and from up to ``max_rounds`` further ``sample_round()`` calls until
+    ``target_groups`` are kept; trim to ``usable_groups``. If none are usable, fall back to the whole first round
+    (its advantages are all 0; the step still runs, and ``dynamic_sampling/fallback`` says so)."""
+    kept: List[Round] = []
+    kept_count, sampled, rounds = 0, 0, 0
+    rnd = first
+    while True:
+        rounds += 1
+        sampled += len(rnd.prompts)
+        ids = informative_group_ids(rnd.results, n)[: max(0, target_groups - kept_count)]
+        if ids:
+            kept.append(select_groups(rnd, ids, n))
+            kept_count += len(ids)
+        if kept_count >= target_groups or rounds > max_rounds:
+            break
+        rnd = sample_round()
+    informative = kept_count
+    use = usable_groups(kept_count, world_size, mini_batch_prompts)
+    metrics = {"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/groups_sampled": float(sampled),
+               "dynamic_sampling/groups_informative": float(informative),
+               "dynamic_sampling/groups_kept": float(use), "dynamic_sampling/groups_dropped": float(sampled - use),
+               "dynamic_sampling/fallback": 0.0}
+    if use == 0:
+        metrics.update({"dynamic_sampling/fallback": 1.0, "dynamic_sampling/groups_kept": float(len(first.prompts)),
+                        "dynamic_sampling/groups_dropped": float(sampled - len(first.prompts))})
+        return first, metrics
+    prompts = [p for r in kept for p in r.prompts][:use]
+    gen = Batch.concat([r.gen for r in kept]).select(range(use * n))
+    results = [x for r in kept for x in r.results][: use * n]
+    return Round(prompts, gen, results), metrics
