@@ -6,7 +6,7 @@ network, and never sees host files that it was not given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Protocol, Union, runtime_checkable
+from typing import Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
 
 
 @dataclass
@@ -56,14 +56,27 @@ class ExecResult:
 FileMap = Dict[str, Union[str, bytes]]
 
 
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program in it): a backend that broke, a bad file map, ..."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The backend cannot run on this machine (missing binary, daemon unreachable, image not built)."""
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """A place to run untrusted code."""
 
     name: str
 
-    def run(self, files: FileMap, command: List[str], limits: Limits | None = None) -> ExecResult:
-        """Write ``files`` (relative path -> content) into a fresh work dir, run ``command`` there."""
+    def run(self, files: FileMap, command: List[str], limits: Limits | None = None, *,
+            stdin: Optional[Union[str, bytes]] = None, read_back: Sequence[str] = ()) -> ExecResult:
+        """Write ``files`` (relative path -> content) into a fresh work dir, run ``command`` there.
+
+        ``stdin`` is fed to the command's standard input; ``read_back`` names work-dir files whose contents
+        (up to ``Limits.file_size_mb``) come back in ``ExecResult.files``. Never raises for anything the
+        program does; raises :class:`SandboxError` only when the backend itself fails."""
         ...
 
     def close(self) -> None:

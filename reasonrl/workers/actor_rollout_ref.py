@@ -91,6 +91,8 @@ class ActorRolloutRefWorker:
 
     def _wake_engine(self) -> None:
         if not self.engine_awake:
+            if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its KV cache
+                torch.cuda.empty_cache()
             self.engine.wake_up()
             self.engine_awake = True
 
@@ -230,22 +232,25 @@ class ActorRolloutRefWorker:
         for bucket in iter_buckets(full_params(), bucket_bytes):
             self.engine.update_weights(bucket)
             moved += sum(t.numel() * t.element_size() for _, t in bucket)
+        finish = getattr(self.engine, "finish_weight_update", None)
+        if finish is not None:  # vLLM on CPU: close the layerwise reload session (repacks the last layers)
+            finish()
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(RANK_ZERO)
     @torch.no_grad()
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
-        """Debug: the engine's log-probs of a fixed sequence against the actor's (max/mean abs difference)."""
-        from reasonrl.rollout.weight_sync import engine_logprobs
+        """Debug: the engine's log-probs of a fixed sequence against the actor's (max/mean abs difference).
+        Every rank runs it (the actor's forward is an FSDP collective); rank 0's numbers are reported."""
+        from reasonrl.rollout.weight_sync import logprob_diff
 
-        batch_lp = engine_logprobs(self.engine, prompt_ids, response_ids)
-        ids = torch.tensor([prompt_ids + response_ids], device=self.device)
-        mask = torch.ones_like(ids)
+        engine_lp = self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0]
+        ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
         pos = torch.arange(ids.shape[1], device=self.device)[None]
         self.actor.eval()
-        actor_lp, _ = response_log_probs(self.actor, ids, mask, pos, torch.tensor([response_ids], device=self.device))
-        diff = (actor_lp[0].cpu() - torch.tensor(batch_lp)).abs()
-        return {"weight_sync/max_abs_diff": float(diff.max()), "weight_sync/mean_abs_diff": float(diff.mean())}
+        actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
+                                         torch.tensor([list(response_ids)], device=self.device))
+        return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)

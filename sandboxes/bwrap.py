@@ -1,0 +1,272 @@
+"""The bwrap backend: bubblewrap namespaces + rlimits, run as an unprivileged uid.
+
+Each run: take a free uid slot (``reasonrl-sbx<k>`` users when we are root: RLIMIT_NPROC counts per real uid,
+so concurrent runs must not share one), then ``prlimit ... bwrap ... -- command`` as that uid with
+
+* ``--unshare-all`` (user, pid, net, ipc, uts, cgroup namespaces: no network at all), ``--die-with-parent``,
+  ``--new-session``, ``--as-pid-1``: the command itself is pid 1 of its namespace, so no helper process holds
+  its stdin where the program could read it through /proc, the kernel shields it from signals sent from inside
+  (a program cannot kill its harness), orphans are re-parented to it, and when it exits the kernel kills
+  everything left in the namespace (so zombies live at most as long as the run);
+* a read-only root that holds only the interpreter: the debootstrap tree built by ``.ci/setup_sandboxes.sh``
+  when present, else the host's ``/usr`` (no ``/etc``, ``/home``, ``/root``, ``/tmp`` of the host);
+* a size-limited tmpfs ``/work`` holding only the given files (copied in through memfds);
+* rlimits on CPU seconds, address space, processes, file size, open files; a wall-clock kill from outside.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from .base import ExecResult, FileMap, Limits, SandboxError, SandboxUnavailable
+from .common import (MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, prlimit_args,
+                     read_head, reap, wait_for)
+from .image import SETUP_HINT, rootfs_dir
+
+USER_PREFIX = os.environ.get("REASONRL_SANDBOX_USER", "reasonrl-sbx")
+SLOT_DIR = "/run/reasonrl-bwrap"
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/work", "LANG": "C.UTF-8",
+       "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+OVERHEAD_PROCS = 1  # the bwrap process outside the namespaces (prlimit execs into it)
+
+
+class UidSlots:
+    """Hands out the sandbox users one run at a time, across threads (a lock) and processes (flock)."""
+
+    def __init__(self, uids: List[Tuple[int, int]]):
+        self.uids = uids
+        self._locks = [threading.Lock() for _ in uids]
+        self._fds: Dict[int, int] = {}
+        os.makedirs(SLOT_DIR, mode=0o700, exist_ok=True)
+
+    def _lock_file(self, k: int) -> int:
+        if k not in self._fds:
+            self._fds[k] = os.open(f"{SLOT_DIR}/slot-{k}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fds[k]
+
+    def acquire(self) -> int:
+        import fcntl
+        order = list(range(len(self.uids)))
+        random.shuffle(order)
+        while True:
+            for k in order:
+                if self._locks[k].acquire(blocking=False):
+                    try:
+                        fcntl.flock(self._lock_file(k), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return k
+                    except BlockingIOError:
+                        self._locks[k].release()
+            time.sleep(0.005)
+
+    def release(self, k: int) -> None:
+        import fcntl
+        fcntl.flock(self._fds[k], fcntl.LOCK_UN)
+        self._locks[k].release()
+
+
+def _sandbox_uids(prefix: str) -> List[Tuple[int, int]]:
+    users = sorted((u for u in pwd.getpwall() if u.pw_name.startswith(prefix) and u.pw_uid != 0),
+                   key=lambda u: u.pw_name)
+    return [(u.pw_uid, u.pw_gid) for u in users]
+
+
+def _count_processes(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                count += entry.stat().st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+class BwrapSandbox:
+    """Sandbox backend on bubblewrap. Thread-safe; cheap to construct; holds no processes between runs."""
+
+    name = "bwrap"
+
+    def __init__(self, limits: Optional[Limits] = None, rootfs: Union[str, None] = "auto", bwrap: str = "bwrap",
+                 user_prefix: str = USER_PREFIX) -> None:
+        """``rootfs``: "auto" (the built debootstrap tree if present, else the host's /usr), a path, or None
+        (host /usr). ``user_prefix``: names of the unprivileged users to run as when we are root."""
+        self.limits = limits or Limits()
+        self.bwrap = shutil.which(bwrap)
+        if self.bwrap is None:
+            raise SandboxUnavailable(f"bubblewrap ({bwrap!r}) is not installed; {SETUP_HINT}")
+        if shutil.which("prlimit") is None:
+            raise SandboxUnavailable("prlimit (util-linux) is not installed")
+        self.rootfs = str(rootfs_dir()) if rootfs == "auto" and rootfs_dir() else (None if rootfs == "auto" else rootfs)
+        self.is_root = os.geteuid() == 0
+        if self.is_root:
+            uids = _sandbox_uids(user_prefix)
+            if not uids:
+                raise SandboxUnavailable(f"no unprivileged '{user_prefix}*' users to run as; {SETUP_HINT}")
+            self.slots: Optional[UidSlots] = UidSlots(uids)
+        else:
+            self.slots = None
+
+    # -- command line -------------------------------------------------------------------------------------------
+    def _root_args(self) -> List[str]:
+        if self.rootfs:
+            return ["--ro-bind", self.rootfs, "/"]
+        args = ["--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "lib", "lib64", "lib32", "sbin"):
+            path = f"/{top}"
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        if os.path.exists("/etc/ld.so.cache"):
+            args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        return args
+
+    def _bwrap_args(self, limits: Limits, file_fds: Dict[str, int], work_bind: Optional[str]) -> List[str]:
+        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
+                "--hostname", "sandbox"]
+        args += self._root_args()
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        if work_bind:
+            args += ["--bind", work_bind, "/work"]
+        else:
+            args += ["--size", str(limits.tmpfs_mb * MiB), "--perms", "0700", "--tmpfs", "/work"]
+            for d in parent_dirs(file_fds):
+                args += ["--dir", f"/work/{d}"]
+            for path, fd in file_fds.items():
+                args += ["--perms", "0644", "--file", str(fd), f"/work/{path}"]
+        args += ["--chdir", "/work", "--clearenv"]
+        for key, value in ENV.items():
+            args += ["--setenv", key, value]
+        return args
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def run(self, files: FileMap, command: List[str], limits: Optional[Limits] = None, *,
+            stdin: Optional[Union[str, bytes]] = None, read_back: Sequence[str] = ()) -> ExecResult:
+        """Run ``command`` in a fresh sandbox holding ``files``; see :class:`reasonrl.sandboxes.Sandbox`."""
+        limits = limits or self.limits
+        if not command:
+            raise SandboxError("empty command")
+        files_b = normalize_files(files)
+        slot = self.slots.acquire() if self.slots else None
+        fds: List[int] = []
+        work_bind = None
+        try:
+            if slot is not None:
+                uid, gid = self.slots.uids[slot]
+                nproc = limits.pids + OVERHEAD_PROCS
+            else:
+                uid, gid = os.getuid(), os.getgid()
+                nproc = _count_processes(uid) + limits.pids + OVERHEAD_PROCS
+            file_fds: Dict[str, int] = {}
+            if read_back:
+                work_bind = self._host_work_dir(files_b, uid, gid)
+            else:
+                for path, data in files_b.items():
+                    file_fds[path] = memfd_with(data, "file")
+                    fds.append(file_fds[path])
+            stdin_fd = memfd_with(as_bytes(stdin), "stdin")
+            out_fd, err_fd = os.memfd_create("stdout"), os.memfd_create("stderr")
+            fds += [stdin_fd, out_fd, err_fd]
+            argv = prlimit_args(limits, nproc) + self._bwrap_args(limits, file_fds, work_bind) + ["--"] + list(command)
+            return self._execute(argv, limits, uid, gid, stdin_fd, out_fd, err_fd, list(file_fds.values()),
+                                 work_bind, read_back)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if work_bind:
+                shutil.rmtree(work_bind, ignore_errors=True)
+            if slot is not None:
+                self.slots.release(slot)
+
+    def _execute(self, argv, limits, uid, gid, stdin_fd, out_fd, err_fd, pass_fds, work_bind, read_back) -> ExecResult:
+        switch = {"user": uid, "group": gid, "extra_groups": []} if self.is_root else {}
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=stdin_fd, stdout=out_fd, stderr=err_fd, pass_fds=pass_fds,
+                                    start_new_session=True, env=dict(ENV), close_fds=True, **switch)
+        except OSError as exc:
+            raise SandboxError(f"could not start bwrap: {exc}") from exc
+        timed_out = False
+        try:
+            returncode, cpu = wait_for(proc, limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            returncode, cpu = reap(proc)
+        wall = time.monotonic() - start
+        stdout, cut_out = read_head(out_fd, limits.output_bytes)
+        stderr, cut_err = read_head(err_fd, limits.output_bytes)
+        if returncode != 0 and stderr.startswith("bwrap:") and not timed_out:
+            raise SandboxError(f"bwrap failed: {stderr.strip()[:500]}")
+        flags = classify_exit(returncode, stderr, cpu, limits.cpu_s)
+        result = ExecResult(exit_code=returncode, stdout=stdout, stderr=stderr,
+                            timed_out=timed_out or flags["cpu_limit"], wall_s=wall, oom_killed=flags["oom_killed"],
+                            pids_limit_hit=flags["pids_limit_hit"], truncated=cut_out or cut_err)
+        if work_bind:
+            result.files = _read_back(work_bind, read_back, limits.file_size_mb * MiB)
+        return result
+
+    def _host_work_dir(self, files: Dict[str, bytes], uid: int, gid: int) -> str:
+        """A host directory bound as /work when files must be read back (not size-limited beyond RLIMIT_FSIZE)."""
+        root = tempfile.mkdtemp(prefix="reasonrl-bwrap-")
+        for d in parent_dirs(files):
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+        for path, data in files.items():
+            with open(os.path.join(root, path), "wb") as f:
+                f.write(data)
+        if self.is_root:
+            for dirpath, _, names in os.walk(root):
+                os.chown(dirpath, uid, gid)
+                for n in names:
+                    os.chown(os.path.join(dirpath, n), uid, gid)
+        return root
+
+    def close(self) -> None:
+        """Nothing is held between runs."""
+
+
+def _read_back(root: str, paths: Sequence[str], limit: int) -> Dict[str, bytes]:
+    """Read files the program left, refusing symlinks or anything that resolves outside ``root``."""
+    out: Dict[str, bytes] = {}
+    real_root = os.path.realpath(root)
+    for path in paths:
+        full = os.path.join(root, path)
+        if os.path.commonpath([os.path.realpath(full), real_root]) != real_root:
+            continue
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if os.path.stat.S_ISREG(os.fstat(fd).st_mode):
+                out[path] = os.read(fd, limit)
+        finally:
+            os.close(fd)
+    return out
+
+
+_USABLE: Optional[Tuple[bool, str]] = None
+
+
+def bwrap_usable() -> Tuple[bool, str]:
+    """Whether the bwrap backend works here (checked once per process by running ``true`` in a sandbox)."""
+    global _USABLE
+    if _USABLE is None:
+        try:
+            box = BwrapSandbox()
+            res = box.run({}, ["/bin/sh", "-c", "exit 7"], Limits(timeout_s=10))
+            _USABLE = (res.exit_code == 7, f"probe exited {res.exit_code}: {res.stderr[:200]}")
+        except (SandboxError, OSError) as exc:
+            _USABLE = (False, str(exc))
+    return _USABLE

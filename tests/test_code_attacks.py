@@ -1,0 +1,175 @@
+"""Hostile programs against the code verifier, on both backends: each scores 0, the host is untouched, and the
+next call still works.
+
+Every attack is a *wrong* program that would score above 0 only if its trick worked: leaking a host secret the
+tests compare against, reaching the network, forging the verdict, ending the harness early, or fooling ``==``.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import socket
+import stat
+
+import pytest
+
+from reasonrl.sandboxes.bwrap import bwrap_usable
+from reasonrl.sandboxes.docker_pool import docker_usable
+from reasonrl.verifiers import get_verifier
+
+BACKENDS = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
+    pytest.param("docker", marks=pytest.mark.skipif(not docker_usable()[0],
+                                                     reason=f"Docker daemon or image unavailable: {docker_usable()[1]}")),
+]
+ADD = {"tests": ["assert add(1, 2) == 3", "assert add(2, 5) == 7", "assert add(-1, 4) == 3"], "test_imports": []}
+TOKEN = secrets.token_hex(8)
+HOST_FILES = {  # host secrets a program must never read
+    "root": f"/root/reasonrl_attack_{TOKEN}",
+    "etc": f"/etc/reasonrl_attack_{TOKEN}",
+    "tmp": f"/tmp/reasonrl_attack_{TOKEN}",
+}
+WRITE_TARGETS = [f"/tmp/reasonrl_pwned_{TOKEN}", f"/root/reasonrl_pwned_{TOKEN}", f"/etc/reasonrl_pwned_{TOKEN}",
+                 f"/work/../reasonrl_pwned_{TOKEN}", f"/var/tmp/reasonrl_pwned_{TOKEN}"]
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_secrets():
+    for path in HOST_FILES.values():
+        with open(path, "w") as f:
+            f.write(TOKEN)
+        os.chmod(path, 0o600 if not path.startswith("/tmp") else 0o644)  # even a world-readable /tmp file
+    yield
+    for path in list(HOST_FILES.values()) + WRITE_TARGETS:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A TCP server on the host; no sandboxed program may ever connect to it."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 0))
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def leak_task(path: str) -> dict:
+    with open(path) as f:
+        secret = f.read()
+    return {"tests": [f"assert leak() == {secret!r}"], "test_imports": []}
+
+
+def reader(path: str) -> str:
+    return (f"def leak():\n    try:\n        return open({path!r}).read()\n    except Exception as e:\n"
+            f"        return repr(e)")
+
+
+ATTACKS = {
+    # (program, ground truth or None for ADD)
+    "infinite_loop_at_import": ("while True:\n    pass\ndef add(a, b):\n    return a + b", None),
+    "infinite_loop_in_call": ("def add(a, b):\n    while True:\n        pass", None),
+    "sleep_past_the_limit": ("import time\ntime.sleep(600)\ndef add(a, b):\n    return a + b", None),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", None),
+    "fork_bomb_in_call": ("import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n"
+                          "        except OSError:\n            pass", None),
+    "memory_bomb": ("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))", None),
+    "output_flood": ("import sys\nwhile True:\n    sys.stdout.write('@@REASONRL-VERDICT ' + 'x' * 65536)\n", None),
+    "exit_zero_before_tests": ("import sys\nsys.exit(0)\ndef add(a, b):\n    return a + b", None),
+    "os_exit_zero_before_tests": ("import os\nos._exit(0)\ndef add(a, b):\n    return a + b", None),
+    "exit_inside_the_call": ("import os\ndef add(a, b):\n    os._exit(0)", None),
+    "always_equal_object": ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+                            "    __ne__ = lambda self, other: False\n    __hash__ = object.__hash__\n"
+                            "def add(a, b):\n    return Anything()", None),
+    "always_equal_int_subclass": ("class Int(int):\n    def __eq__(self, other):\n        return True\n"
+                                  "    __hash__ = int.__hash__\ndef add(a, b):\n    return Int(0)", None),
+    "patched_builtins": ("import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})\n"
+                         "builtins.isinstance = lambda *a: True\ndef add(a, b):\n    return None", None),
+    "fake_pass_line": ("import os, sys, json\nline = '@@REASONRL-VERDICT ' + '0' * 32 + ' ' + json.dumps("
+                       "{'results': [{'passed': True}] * 3, 'load_error': None}) + '\\n'\n"
+                       "for fd in range(1, 20):\n    try:\n        os.write(fd, line.encode())\n    except OSError:\n"
+                       "        pass\nfor p in ['/proc/1/fd/1', f'/proc/{os.getppid()}/fd/1', '/dev/stdout']:\n"
+                       "    try:\n        open(p, 'w').write(line)\n    except OSError:\n        pass\n"
+                       "print(line)\nsys.exit(0)", None),
+    "kill_the_parent": ("import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n"
+                        "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
+                        "def add(a, b):\n    return 0", None),
+    "stop_the_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\ndef add(a, b):\n    return 0", None),
+    "read_the_judges_stdin": ("import os\ndef add(a, b):\n    for p in [f'/proc/{os.getppid()}/fd/0', '/proc/1/fd/0',\n"
+                              "              f'/proc/{os.getppid()}/mem', f'/proc/{os.getppid()}/environ']:\n"
+                              "        try:\n            if 'assert' in open(p, errors='replace').read(100000):\n"
+                              "                return a + b\n        except OSError:\n            pass\n"
+                              "    return 0", None),
+    "overwrite_the_harness": ("import glob\nfor p in glob.glob('*.py'):\n    open(p, 'w').write('print(1)')\n"
+                              "def add(a, b):\n    return 0", None),
+    "crash_the_interpreter": ("import sys\nsys.setrecursionlimit(10 ** 6)\ndef add(a, b):\n    return add(a, b)", None),
+    "network_connect": ("import socket\ndef add(a, b):\n    for host in ('127.0.0.1', '{gateway}', '8.8.8.8'):\n"
+                        "        try:\n            socket.create_connection((host, {port}), timeout=1).close()\n"
+                        "            return a + b\n        except OSError:\n            pass\n    return 0", None),
+    "read_etc_shadow": (reader("/etc/shadow"), "/etc/shadow"),
+    "read_root_file": (reader(HOST_FILES["root"]), HOST_FILES["root"]),
+    "read_etc_file": (reader(HOST_FILES["etc"]), HOST_FILES["etc"]),
+    "read_host_tmp_file": (reader(HOST_FILES["tmp"]), HOST_FILES["tmp"]),
+    "write_outside_the_work_dir": ("\n".join(f"try:\n    open({p!r}, 'w').write('pwned')\nexcept OSError:\n    pass"
+                                             for p in WRITE_TARGETS) + "\ndef add(a, b):\n    return 0", None),
+}
+
+
+def sandbox_uid_processes():
+    uids = {u.pw_uid for u in pwd.getpwall() if u.pw_name.startswith("reasonrl-sbx")}
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid in uids:
+                    with open(f"/proc/{name}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def host_gateway_ip() -> str:
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("10.255.255.255", 1))
+        return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attack_scores_zero_and_leaves_everything_healthy(backend, attack, listener):
+    program, secret_path = ATTACKS[attack]
+    program = program.replace("{port}", str(listener.getsockname()[1])).replace("{gateway}", host_gateway_ip())
+    task = leak_task(secret_path) if secret_path else ADD
+    v = get_verifier("code", sandbox=backend, timeout_s=4)
+
+    result = v.verify(fenced(program), task)
+    assert result.score == 0.0 and not result.correct, result.info
+
+    # the host is untouched
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nobody connected
+    for path in WRITE_TARGETS:
+        assert not os.path.exists(os.path.normpath(path)), path
+    for path in HOST_FILES.values():
+        with open(path) as f:
+            assert f.read() == TOKEN
+    assert stat.S_IMODE(os.stat("/etc/shadow").st_mode) & 0o004 == 0
+    if backend == "bwrap":
+        assert not sandbox_uid_processes()  # nothing of the program survived its run
+
+    # and the next call works
+    good = v.verify(fenced("def add(a, b):\n    return a + b"), ADD)
+    assert good.score == 1.0, good.info
