@@ -28,3 +28,11 @@ def verify_item(row: Dict[str, Any], response: str, reward: RewardConfig) -> Tup
     """``(verifier, response, ground_truth, extra)`` for ``VerifierPool.verify_batch``."""
     extra = {k: v for k, v in (row.get("extra_info") or {}).items() if v is not None}
     return verifier_for(row, reward), response, row["reward_model"]["ground_truth"], extra
+
+
+def make_pool(reward: RewardConfig):
+    """The VerifierPool a run uses, built from the ``reward`` section of its config."""
+    from reasonrl.verifiers import VerifierPool
+
+    return VerifierPool(workers=reward.workers, timeout_s=reward.timeout_s,
+                        verifier_options=dict(reward.verifier_options) or None)

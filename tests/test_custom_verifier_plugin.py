@@ -66,3 +66,27 @@ def test_pool_workers_find_the_plugin_and_its_options(installed_plugin, monkeypa
     assert results[0].info["extracted"] == "B"
     assert "not one of ABCD" in results[1].info["reason"]
     assert results[3].info["extracted"] == "A"
+
+
+def test_training_config_routes_rewards_to_the_plugin(installed_plugin, monkeypatch, tmp_path, data_dir):
+    """``reward.verifier=choice`` in a training config: the trainer's own reward path (config -> verify_item ->
+    make_pool) scores real dataset rows with the installed plugin, its options included."""
+    from reasonrl.config import load_config
+    from reasonrl.datasets import read_rows, task_files
+    from reasonrl.rewards import make_pool, verify_item
+
+    monkeypatch.syspath_prepend(str(installed_plugin))
+    monkeypatch.setenv("REASONRL_CACHE", str(tmp_path / "cache"))
+    cfg, _ = load_config(["task=gsm8k", "reward.verifier=choice", "reward.workers=1",
+                          "reward.verifier_options={choice: {choices: ABCD}}"], cuda_available=False)
+    row = dict(read_rows(task_files("gsm8k", "val")[0])[0])
+    gold_b = dict(row, reward_model={"style": "rule", "ground_truth": "B"})
+    gold_e = dict(row, reward_model={"style": "rule", "ground_truth": "E"})
+    items = [verify_item(gold_b, "The answer is (B).", cfg.reward),
+             verify_item(gold_e, "The answer is (E).", cfg.reward),  # E counts only with the default "ABCDE"
+             verify_item(gold_b, "\\boxed{18}", cfg.reward)]
+    assert [item[0] for item in items] == ["choice"] * 3  # the config overrides the row's own verifier ("math")
+    with make_pool(cfg.reward) as pool:
+        results = pool.verify_batch(items)
+    assert [r.score for r in results] == [1.0, 0.0, 0.0]
+    assert "not one of ABCD" in results[1].info["reason"]  # the options reached the plugin in the pool worker

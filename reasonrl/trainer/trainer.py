@@ -21,8 +21,7 @@ from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
 from reasonrl.datasets import task_files
 from reasonrl.models import load_tokenizer, resolve_model_path
-from reasonrl.rewards import verify_item
-from reasonrl.verifiers import VerifierPool
+from reasonrl.rewards import make_pool, verify_item
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from reasonrl.workers.critic import CriticWorker
 
@@ -109,8 +108,7 @@ class Trainer:
         if self.use_critic:  # PPO: a value model per rank, next to the actor's
             self.critic = WorkerGroup(CriticWorker, self.world_size, self.device == "cuda", cpus_per_worker,
                                       {"config": to_dict(cfg), "model_path": self.model_path})
-        self.pool = VerifierPool(workers=cfg.reward.workers, timeout_s=cfg.reward.timeout_s,
-                                 verifier_options=dict(cfg.reward.verifier_options) or None)
+        self.pool = make_pool(cfg.reward)
         self._resume()
 
     # ------------------------------------------------------------------ set-up
