@@ -5,6 +5,7 @@ from .common import DataError, check_row, find_split, prepare, read_rows, write_
 TASKS = {
     "gsm8k": ("gsm8k", "train", "test"),
     "math": ("math", "train", "test"),
+    "math500": ("math", "test", "test"),
     "arith": ("arith", "train", "test"),
     "mbpp": ("mbpp", "train", "test"),
     "humaneval": ("humaneval", "test", "test"),

@@ -11,6 +11,8 @@ TASK_PRESETS: Dict[str, Dict[str, Any]] = {
     "gsm8k": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "math"}},
     # MATH: LaTeX answers; trains on MATH train (Hub or data.train_files), validates on MATH-500.
     "math": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "math"}},
+    # MATH-500 alone (train and validate on it: for evaluation, `python -m reasonrl.eval task=math500`).
+    "math500": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "math"}},
     # Generated two-number arithmetic with a boxed answer: small, fast, partly solvable by tiny models.
     "arith": {"rollout": {"max_new_tokens": 64}, "reward": {"verifier": "math"}},
     # Code: tests run in a sandbox.

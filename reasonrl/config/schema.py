@@ -230,7 +230,7 @@ class EvalConfig:
 @dataclass
 class Config:
     task: str = "gsm8k"
-    """Task preset (sets data and verifier defaults): gsm8k, math, mbpp, humaneval, minif2f, arith."""
+    """Task preset (sets data and verifier defaults): gsm8k, math, math500, mbpp, humaneval, minif2f, arith."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

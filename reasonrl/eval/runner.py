@@ -1,0 +1,295 @@
+"""Offline evaluation: sample n responses per problem, verify them, checkpoint each batch, report pass@k / maj@k.
+
+The engine runs in this process (no Ray). Problems are processed in batches of ``eval.batch_size``; after each
+batch its verified samples are appended to ``samples.jsonl`` (see ``store.py``), so an interrupt or an engine
+crash loses at most the batch in flight, and running the same command again resumes from the stored samples.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from reasonrl.config.schema import Config
+
+from .metrics import BREAKDOWN_KEYS, ProblemOutcome, majority_vote, pass_at_k, summarize
+from .store import SampleStore
+
+log = logging.getLogger(__name__)
+
+
+class EvalError(RuntimeError):
+    """An evaluation that cannot run as configured (bad model path, missing verifier, greedy with n > 1...)."""
+
+
+def resolve_eval_model(path: str) -> str:
+    """A loadable model directory for ``model.path``: a training checkpoint directory resolves to its ``hf/``
+    export, a training run directory to the export of its latest checkpoint (step numbers are zero-padded, so
+    name order is step order); a hub id or the default model resolves as in training (``resolve_model_path``)."""
+    from reasonrl.models import resolve_model_path
+
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")):
+        export = os.path.join(path, "hf")
+        if os.path.exists(os.path.join(export, "config.json")):
+            return os.path.abspath(export)
+        steps = sorted(f for f in glob.glob(os.path.join(path, "checkpoints", "step_*", "hf", "config.json"))
+                       if re.fullmatch(r"step_\d+", os.path.basename(os.path.dirname(os.path.dirname(f)))))
+        if steps:  # a training run directory: its latest checkpoint
+            latest = os.path.dirname(steps[-1])
+            log.info("model.path=%s is a training run; evaluating its latest checkpoint %s", path, latest)
+            return os.path.abspath(latest)
+        raise EvalError(f"model.path={path} is a directory with neither config.json nor hf/config.json "
+                        f"(a Hugging Face model directory, a training checkpoint directory or a training run "
+                        f"directory with checkpoints/step_*/hf is expected)")
+    resolved = resolve_model_path(path)
+    return os.path.abspath(resolved) if os.path.isdir(resolved) else resolved
+
+
+def check_sampling(cfg: Config) -> None:
+    """Reject sampling settings that cannot give meaningful pass@k."""
+    e = cfg.eval
+    if e.n < 1:
+        raise EvalError(f"eval.n must be >= 1, got {e.n}")
+    if e.temperature <= 0 and e.n > 1:
+        raise EvalError(f"eval.temperature={e.temperature} (greedy) with eval.n={e.n} would repeat one answer "
+                        f"{e.n} times; use eval.n=1 for greedy, or eval.temperature>0 for sampling")
+    if not 0 < e.top_p <= 1:
+        raise EvalError(f"eval.top_p must be in (0, 1], got {e.top_p}")
+    if e.max_new_tokens < 1 or e.batch_size < 1:
+        raise EvalError("eval.max_new_tokens and eval.batch_size must be >= 1")
+    bad_k = [k for k in e.k if not 1 <= k <= e.n]
+    if not e.k or bad_k:
+        raise EvalError(f"eval.k needs values between 1 and eval.n ({e.n}); got {list(e.k)}")
+
+
+def prompt_fingerprint(token_ids: Sequence[int]) -> str:
+    """A short hash of a prompt's token ids: ties a stored record to the exact prompt it answered."""
+    return hashlib.sha1(json.dumps(list(token_ids)).encode()).hexdigest()[:16]
+
+
+def problem_groups(row: Dict[str, Any]) -> Dict[str, Optional[str]]:
+    """Breakdown keys of a row: data_source, and subject / level from extra_info (or the row itself)."""
+    extra = row.get("extra_info") or {}
+    groups: Dict[str, Optional[str]] = {}
+    for key in BREAKDOWN_KEYS:
+        value = row.get(key) if row.get(key) is not None else extra.get(key)
+        groups[key] = None if value is None else str(value)
+    return groups
+
+
+def _as_text(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _question(row: Dict[str, Any]) -> str:
+    users = [m["content"] for m in row.get("prompt") or [] if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def problem_record(index: int, token_ids: Sequence[int], row: Dict[str, Any], completions, results) -> Dict[str, Any]:
+    """The stored form of one verified problem: identification, then one parallel list entry per sample.
+
+    A verification that timed out is recorded as incorrect (score 0) with ``timed_out`` set."""
+    record: Dict[str, Any] = {
+        "problem": index,
+        "prompt_sha": prompt_fingerprint(token_ids),
+        "index": (row.get("extra_info") or {}).get("index"),
+        **problem_groups(row),
+        "question": _question(row),
+        "ground_truth": _as_text(row["reward_model"]["ground_truth"]),
+        "responses": [], "finish_reasons": [], "num_tokens": [], "extracted": [], "correct": [], "scores": [],
+        "reasons": [], "timed_out": [],
+    }
+    for completion, result in zip(completions, results):
+        info = dict(result.info or {})
+        timed_out = bool(info.get("timed_out"))
+        record["responses"].append(completion.text)
+        record["finish_reasons"].append(completion.finish_reason)
+        record["num_tokens"].append(len(completion.token_ids))
+        record["extracted"].append(None if timed_out else _as_text(info.get("extracted")))
+        record["correct"].append(bool(result.correct) and not timed_out)
+        record["scores"].append(0.0 if timed_out else float(result.score))
+        record["reasons"].append(str(info.get("reason") or ("timed out" if timed_out else "")))
+        record["timed_out"].append(timed_out)
+    return record
+
+
+def outcome_of(record: Dict[str, Any]) -> ProblemOutcome:
+    """The metrics' view of a stored record."""
+    return ProblemOutcome(correct=list(record["correct"]), answers=list(record["extracted"]),
+                          timed_out=list(record["timed_out"]),
+                          groups={k: record.get(k) for k in BREAKDOWN_KEYS if record.get(k) is not None})
+
+
+def table_row(record: Dict[str, Any], ks: Sequence[int]) -> Dict[str, Any]:
+    """A samples.parquet row: the record plus its per-problem num_correct, majority answer, pass@k, maj@k."""
+    n, c = len(record["correct"]), sum(record["correct"])
+    row = dict(record)
+    row["num_correct"] = c
+    row["majority_answer"], row["majority_correct"] = majority_vote(record["extracted"], record["correct"])
+    for k in ks:
+        row[f"pass@{k}"] = pass_at_k(n, c, k)
+    for k in ks:
+        row[f"maj@{k}"] = float(majority_vote(record["extracted"][:k], record["correct"][:k])[1])
+    return row
+
+
+def _check_verifiers(rows: Sequence[Dict[str, Any]], cfg: Config) -> List[str]:
+    from reasonrl.rewards import verifier_for
+    from reasonrl.verifiers import get_verifier_class
+
+    try:
+        names = sorted({verifier_for(row, cfg.reward) for row in rows})
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    for name in names:
+        try:
+            get_verifier_class(name)
+        except KeyError as exc:
+            raise EvalError(f"task {cfg.task!r} needs the {name!r} verifier, which is not available: {exc}") from None
+    return names
+
+
+def _device(cfg: Config) -> str:
+    if cfg.trainer.device != "auto":
+        return cfg.trainer.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _close(obj: Any) -> None:
+    for method in ("close", "shutdown"):
+        fn = getattr(obj, method, None)
+        if callable(fn):
+            fn()
+            return
+
+
+def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Dict[str, Any]], store: SampleStore,
+                       model_path: str, tokenizer, timing: Dict[str, float], echo: Callable[[str], None]) -> None:
+    """Sample and verify the ``todo`` problems batch by batch, appending each verified batch to ``store``."""
+    from tqdm import tqdm
+
+    from reasonrl.models import torch_dtype
+    from reasonrl.rewards import make_pool, verify_item
+    from reasonrl.rollout import SamplingParams, make_rollout_engine
+
+    e = cfg.eval
+    sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens)
+    engine = pool = bar = None
+    try:
+        device = _device(cfg)
+        engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
+                                     device, cfg.data.max_prompt_length + e.max_new_tokens)
+        pool = make_pool(cfg.reward)
+        bar = tqdm(total=len(dataset), initial=len(done), unit="problem", desc="eval", dynamic_ncols=True)
+        for start in range(0, len(todo), e.batch_size):
+            batch = todo[start:start + e.batch_size]
+            bar.set_description("sampling")
+            sampling.seed = cfg.trainer.seed + batch[0]
+            t0 = time.time()
+            outputs = engine.generate([dataset[i].token_ids for i in batch], sampling)
+            timing["generate_s"] += time.time() - t0
+            bar.set_description("verifying")
+            items = [verify_item(dataset[i].row, c.text, cfg.reward) for i, comps in zip(batch, outputs) for c in comps]
+            t0 = time.time()
+            results = pool.verify_batch(items)
+            timing["verify_s"] += time.time() - t0
+            records = [problem_record(i, dataset[i].token_ids, dataset[i].row, comps, results[j * e.n:(j + 1) * e.n])
+                       for j, (i, comps) in enumerate(zip(batch, outputs))]
+            store.append(records)
+            done.update((r["problem"], r) for r in records)
+            bar.update(len(batch))
+            correct = sum(sum(r["correct"]) for r in done.values())
+            bar.set_postfix(acc=f"{correct / (len(done) * e.n):.3f}")
+        bar.set_description("done")
+    except BaseException:
+        if bar is not None:
+            bar.close()
+            bar = None
+        echo(f"stopped: {len(done)} of {len(dataset)} problems are verified and saved in {store.samples_path}; "
+             f"run the same command again to resume")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        for obj in (pool, engine):
+            if obj is not None:
+                _close(obj)
+
+
+def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Evaluate ``cfg.model.path`` on ``cfg.task``; returns the summary (also written to summary.json)."""
+    from reasonrl.data import PromptDataset
+    from reasonrl.datasets import task_files
+    from reasonrl.models import load_tokenizer
+    from reasonrl.rollout import resolve_engine_name
+
+    check_sampling(cfg)
+    e = cfg.eval
+    if e.split not in ("val", "train"):
+        raise EvalError(f"eval.split must be val or train, got {e.split!r}")
+    started = time.time()
+    model_path = resolve_eval_model(cfg.model.path)
+    explicit = cfg.data.val_files if e.split == "val" else cfg.data.train_files
+    files = [os.path.abspath(f) for f in task_files(cfg.task, e.split, explicit)]
+    try:
+        tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
+    except Exception as exc:  # a missing directory, an unknown hub id offline, a broken export
+        raise EvalError(f"cannot load a tokenizer from model.path={cfg.model.path} ({model_path}): "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    try:
+        dataset = PromptDataset(files, tokenizer, cfg.data.max_prompt_length, cfg.data.apply_chat_template,
+                                cfg.data.system_prompt, limit=e.limit)
+    except ValueError as exc:  # no prompts left after the length filter
+        raise EvalError(str(exc)) from None
+    verifier_names = _check_verifiers([p.row for p in dataset.prompts], cfg)
+
+    store = SampleStore(e.output_dir)
+    store.check_settings({
+        "model_path": model_path, "task": cfg.task, "split": e.split, "files": files, "n": e.n,
+        "temperature": e.temperature, "top_p": e.top_p, "max_new_tokens": e.max_new_tokens,
+        "system_prompt": cfg.data.system_prompt, "apply_chat_template": cfg.data.apply_chat_template,
+    })
+    stored = store.load()
+    done: Dict[int, Dict[str, Any]] = {}
+    for i, prompt in enumerate(dataset.prompts):
+        record = stored.get(i)
+        if record is None:
+            continue
+        if record.get("prompt_sha") != prompt_fingerprint(prompt.token_ids) or len(record["correct"]) != e.n:
+            raise EvalError(f"{store.samples_path}: problem {i} was sampled for a different prompt or n; use "
+                            f"another eval.output_dir, or delete the file to start over")
+        done[i] = record
+    todo = [i for i in range(len(dataset)) if i not in done]
+    if done:
+        echo(f"resuming: {len(done)} of {len(dataset)} problems already verified in {store.samples_path}")
+
+    timing = {"generate_s": 0.0, "verify_s": 0.0}
+    engine_name = None
+    if todo:
+        engine_name = resolve_engine_name(cfg.rollout.engine)
+        _sample_and_verify(cfg, dataset, todo, done, store, model_path, tokenizer, timing, echo)
+
+    records = [done[i] for i in range(len(dataset))]
+    summary: Dict[str, Any] = {
+        "task": cfg.task, "model": cfg.model.path, "model_path": model_path, "split": e.split, "files": files,
+        "n": e.n, "k": list(e.k), "temperature": e.temperature, "top_p": e.top_p,
+        "max_new_tokens": e.max_new_tokens, "limit": e.limit, "engine": engine_name, "verifiers": verifier_names,
+        "prompts_dropped_too_long": dataset.dropped,
+        "resumed_problems": len(dataset) - len(todo), "generated_problems": len(todo),
+        "metrics": summarize([outcome_of(r) for r in records], e.k),
+        "timing_s": {**{k: round(v, 3) for k, v in timing.items()}, "total_s": round(time.time() - started, 3)},
+        "samples_parquet": str(store.parquet_path),
+    }
+    store.write_parquet([table_row(r, e.k) for r in records])
+    store.write_summary(summary)
+    return summary

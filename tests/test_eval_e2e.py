@@ -1,0 +1,153 @@
+"""The real ``python -m reasonrl.eval`` on the first GSM8K test problems with SmolLM2-135M on CPU (hf engine).
+
+One run is interrupted with SIGINT once its first batch is on disk; the same command then resumes from the stored
+samples, and a third run finds everything done and generates nothing.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from reasonrl.eval.metrics import maj_at_k, pass_at_k
+
+pytestmark = pytest.mark.slow
+
+LIMIT, N = 3, 2
+
+
+def _env():
+    # One torch thread per process: the CI machine has 2 shared cores, where more threads only contend.
+    return dict(os.environ, HF_HUB_OFFLINE="1", REASONRL_DATA_DIR="/work/shared/data", TOKENIZERS_PARALLELISM="false",
+                OMP_NUM_THREADS="1")
+
+
+def _command(out: Path, *extra: str):
+    return [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", f"eval.limit={LIMIT}", f"eval.n={N}",
+            "eval.k=[1,2]", "eval.temperature=1.0", "eval.max_new_tokens=24", "eval.batch_size=1",
+            "rollout.engine=hf", "reward.workers=1", f"eval.output_dir={out}", *extra]
+
+
+def _lines(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(1500)
+def test_eval_command_interrupt_resume_and_reuse(tmp_path):
+    out = tmp_path / "eval"
+    samples = out / "samples.jsonl"
+
+    # Run 1: interrupt (SIGINT, as Ctrl-C) as soon as the first verified batch (one problem) is on disk.
+    proc = subprocess.Popen(_command(out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while proc.poll() is None and not _lines(samples):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    log1 = proc.communicate(timeout=600)[0]
+    first = _lines(samples)
+    if proc.returncode == 0:  # finished before the signal landed: nothing left to resume
+        pytest.fail(f"run 1 ended before it could be interrupted:\n{log1[-3000:]}")
+    assert proc.returncode == 130, log1[-3000:]
+    assert 1 <= len(first) < LIMIT, log1[-3000:]
+    assert "run the same command again to resume" in log1
+    assert not (out / "summary.json").exists()  # written only when every problem is done
+    assert all(len(r["responses"]) == N and len(r["correct"]) == N for r in first)
+
+    # Run 2: the same command resumes; it samples only the problems not on disk.
+    run2 = subprocess.run(_command(out), env=_env(), capture_output=True, text=True, timeout=900)
+    assert run2.returncode == 0, run2.stdout[-3000:] + run2.stderr[-3000:]
+    assert f"resuming: {len(first)} of {LIMIT} problems" in run2.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_problems"] == len(first)
+    assert summary["generated_problems"] == LIMIT - len(first)
+    second = _lines(samples)
+    assert second[:len(first)] == first  # stored lines untouched; new problems appended
+    assert sorted(r["problem"] for r in second) == list(range(LIMIT))
+
+    # The summary agrees with the per-problem table.
+    table = pq.read_table(out / "samples.parquet").to_pylist()
+    assert [t["problem"] for t in table] == list(range(LIMIT))
+    for t in table:
+        assert t["data_source"] == "openai/gsm8k" and t["ground_truth"]
+        assert len(t["responses"]) == len(t["extracted"]) == len(t["reasons"]) == len(t["timed_out"]) == N
+        assert all(isinstance(r, str) and r for r in t["reasons"])  # every verdict says why
+        assert t["num_correct"] == sum(t["correct"])
+        assert t["pass@1"] == pytest.approx(pass_at_k(N, t["num_correct"], 1))
+    overall = summary["metrics"]["overall"]
+    correct = sum(t["num_correct"] for t in table)
+    assert (overall["problems"], overall["samples"], overall["correct"]) == (LIMIT, LIMIT * N, correct)
+    assert overall["mean_accuracy"] == pytest.approx(correct / (LIMIT * N))
+    assert overall["pass@2"] == pytest.approx(sum(pass_at_k(N, t["num_correct"], 2) for t in table) / LIMIT)
+    assert overall["maj@2"] == pytest.approx(sum(maj_at_k(t["extracted"], t["correct"], 2) for t in table) / LIMIT)
+    assert summary["metrics"]["by_data_source"]["openai/gsm8k"]["problems"] == LIMIT
+    assert summary["engine"] == "hf" and summary["n"] == N and summary["k"] == [1, 2]
+    assert "pass@2" in run2.stdout and "overall" in run2.stdout  # the printed table
+
+    # Run 3: everything is on disk, so nothing is generated (no engine is even started) and nothing appended.
+    run3 = subprocess.run(_command(out), env=_env(), capture_output=True, text=True, timeout=600)
+    assert run3.returncode == 0, run3.stderr[-3000:]
+    summary3 = json.loads((out / "summary.json").read_text())
+    assert summary3["generated_problems"] == 0 and summary3["resumed_problems"] == LIMIT
+    assert summary3["engine"] is None
+    assert summary3["metrics"] == summary["metrics"]
+    assert _lines(samples) == second
+
+    # Changing what the samples depend on is refused instead of mixing samples.
+    run4 = subprocess.run(_command(out, "eval.max_new_tokens=16"), env=_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert run4.returncode == 2 and "max_new_tokens" in run4.stderr
+
+
+@pytest.mark.timeout(900)
+def test_greedy_eval_of_a_checkpoint_directory(tmp_path):
+    """eval.n=1 at temperature 0 (the defaults) on a training-checkpoint-shaped directory (<dir>/hf holds the
+    export), with the default eval.k."""
+    from reasonrl.models import resolve_model_path
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = Path(resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct"))
+    ckpt = tmp_path / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    os.symlink(model, ckpt / "hf")
+    out = tmp_path / "greedy"
+    cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", f"model.path={ckpt}", "eval.limit=1",
+           "eval.max_new_tokens=16", "rollout.engine=hf", "reward.workers=1", f"eval.output_dir={out}"]
+    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model_path"] == str(ckpt / "hf")
+    assert summary["temperature"] == 0.0 and summary["n"] == 1
+    assert summary["metrics"]["overall"]["samples"] == 1
+    row = pq.read_table(out / "samples.parquet").to_pylist()[0]
+    assert len(row["responses"]) == 1 and 1 <= row["num_tokens"][0] <= 16
+    assert row["finish_reasons"][0] in ("stop", "length")
+
+
+def test_greedy_with_several_samples_is_refused(tmp_path):
+    """eval.temperature=0 given explicitly with eval.n>1 would repeat one answer: a clear error, before loading."""
+    cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", "eval.n=4", "eval.k=[1,4]", "eval.temperature=0",
+           f"eval.output_dir={tmp_path}"]
+    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and "eval.temperature" in run.stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_eval_with_the_vllm_engine(tmp_path):
+    """The same command on vLLM (CPU build), run in-process: samples are generated, verified and summarized."""
+    pytest.importorskip("vllm")
+    out = tmp_path / "vllm"
+    cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", "eval.limit=1", "eval.n=2", "eval.k=[1,2]",
+           "eval.temperature=1.0", "eval.max_new_tokens=16", "rollout.engine=vllm", "reward.workers=1",
+           f"eval.output_dir={out}"]
+    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "vllm" and summary["generated_problems"] == 1
+    row = pq.read_table(out / "samples.parquet").to_pylist()[0]
+    assert len(row["responses"]) == 2 and all(1 <= t <= 16 for t in row["num_tokens"])
+    assert summary["metrics"]["overall"]["correct"] == row["num_correct"]
