@@ -1,0 +1,226 @@
+"""Proof of learning: train on the generated arithmetic task and record reward and held-out accuracy per step.
+
+    python benchmarks/learning_curve.py --algorithm grpo --seeds 1 2 --steps 30 --val-every 5 \
+        -- rollout.engine=hf data.train_batch_size=8 rollout.n=4 actor.lr=2e-6
+
+Each seed runs ``python -m reasonrl.train task=arith algorithm=<algo> trainer.seed=<seed> ...`` (validation before
+training and every ``--val-every`` steps on the held-out split, greedy), then this script reads the run's
+``metrics.jsonl`` and writes ``benchmarks/results/learning_curve_<algo>.json`` and ``learning_curve_<algo>.png``
+(training reward and held-out accuracy per step, one line per seed).
+
+The summary states held-out accuracy at step 0 and at the last validation (mean and std over seeds), the gain, and
+two noise yardsticks: the run-to-run std of the final accuracy and the binomial standard error of a difference of two
+accuracies on the ``N`` held-out prompts, sqrt(p0 (1 - p0) / N + p1 (1 - p1) / N). The gain counts as "beyond noise"
+when it exceeds twice the larger of the two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+class LocalWorkerGroup:
+    """``--driver local``: the trainer's worker group as one worker in the training process (world size 1, one
+    thread, no Ray), with WorkerGroup's call and return conventions. On a small shared CPU machine this avoids Ray's
+    per-node daemons and memory monitor and the thread oversubscription of 2-thread workers."""
+
+    def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
+                 init_kwargs: Dict[str, Any]) -> None:
+        import socket
+
+        if world_size != 1:
+            raise ValueError("--driver local runs one worker: set trainer.num_workers=1")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.worker_cls = worker_cls
+        self.worker = worker_cls(**init_kwargs, rank=0, world_size=1, master_addr="127.0.0.1", master_port=port,
+                                 num_threads=int(os.environ.get("LEARNING_CURVE_THREADS", "1")))
+
+    def __getattr__(self, name: str):
+        from reasonrl.workers.dispatch import ONE_TO_ALL
+
+        mode = getattr(getattr(self.worker_cls, name, None), "dispatch_mode", None)
+        if mode is None:
+            raise AttributeError(f"{self.worker_cls.__name__}.{name} is not a dispatchable worker method")
+        fn = getattr(self.worker, name)
+        return (lambda *a, **k: [fn(*a, **k)]) if mode == ONE_TO_ALL else fn
+
+    def shutdown(self) -> None:
+        engine = getattr(self.worker, "engine", None)
+        if engine is not None and hasattr(engine, "shutdown"):
+            engine.shutdown()
+
+
+def train_in_process(train_args: List[str]) -> int:
+    """``reasonrl.train.main(train_args)`` with the worker groups in this process (``--driver local``)."""
+    import reasonrl.trainer.trainer as trainer_module
+    from reasonrl.train import main as train_main
+
+    trainer_module.WorkerGroup = LocalWorkerGroup
+    trainer_module.start_ray = lambda *args, **kwargs: None
+    return train_main(train_args)
+
+
+def train_command(algorithm: str, seed: int, steps: int, val_every: int, run_dir: Path,
+                  overrides: Sequence[str]) -> List[str]:
+    """The exact ``reasonrl.train`` command line of one seed (user overrides come last and win)."""
+    return [sys.executable, "-m", "reasonrl.train", "task=arith", f"algorithm={algorithm}", f"trainer.seed={seed}",
+            f"rollout.seed={seed}", f"trainer.total_steps={steps}", f"trainer.val_every={val_every}",
+            "trainer.val_before_train=true", f"trainer.output_dir={run_dir}", "trainer.resume=never",
+            "trainer.save_every=0", "trainer.logger=[console,jsonl]", *overrides]
+
+
+def read_metrics(path: Path) -> List[Dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (one JSON object per logged step)."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
+
+
+def curves(rows: List[Dict[str, Any]]) -> Dict[str, List[List[float]]]:
+    """``[step, value]`` pairs of the training reward/accuracy and the held-out accuracy/reward."""
+    out: Dict[str, List[List[float]]] = {"reward/mean": [], "reward/accuracy": [], "val/accuracy": [],
+                                         "val/reward_mean": [], "timing_s/step": []}
+    for r in rows:
+        for key in out:
+            if key in r and r[key] is not None:
+                out[key].append([int(r["step"]), float(r[key])])
+    return out
+
+
+def _mean_std(xs: List[float]) -> Dict[str, float]:
+    return {"mean": statistics.fmean(xs) if xs else float("nan"),
+            "std": statistics.stdev(xs) if len(xs) > 1 else 0.0, "values": xs}
+
+
+def summarize(runs: List[Dict[str, Any]], val_size: int) -> Dict[str, Any]:
+    """Held-out accuracy at step 0 and at the end, over seeds, with the noise yardsticks (see module docstring)."""
+    start = [r["curves"]["val/accuracy"][0][1] for r in runs if r["curves"]["val/accuracy"]]
+    end = [r["curves"]["val/accuracy"][-1][1] for r in runs if r["curves"]["val/accuracy"]]
+    gains = [e - s for s, e in zip(start, end)]
+    s, e = _mean_std(start), _mean_std(end)
+    p0, p1 = s["mean"], e["mean"]
+    binom_se = math.sqrt(max(p0 * (1 - p0), 0) / val_size + max(p1 * (1 - p1), 0) / val_size) if val_size else 0.0
+    noise = max(e["std"], s["std"], binom_se)
+    gain = _mean_std(gains)
+    return {
+        "val_accuracy_step0": s, "val_accuracy_final": e, "gain": gain,
+        "noise": {"final_std_over_seeds": e["std"], "step0_std_over_seeds": s["std"],
+                  "binomial_se_of_difference": binom_se, "val_prompts": val_size},
+        "improved_beyond_noise": bool(gain["mean"] > 2 * noise and all(g > 0 for g in gains)),
+        "train_reward_first_last": [[r["curves"]["reward/mean"][0][1], r["curves"]["reward/mean"][-1][1]]
+                                    for r in runs if r["curves"]["reward/mean"]],
+    }
+
+
+def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path) -> None:
+    """Two panels: training reward per step, held-out accuracy per validation (one line per seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_r, ax_v) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in runs:
+        c = r["curves"]
+        if c["reward/mean"]:
+            ax_r.plot(*zip(*c["reward/mean"]), label=f"seed {r['seed']}", alpha=0.8)
+        if c["val/accuracy"]:
+            ax_v.plot(*zip(*c["val/accuracy"]), marker="o", label=f"seed {r['seed']}")
+    ax_r.set(title=f"{algorithm}: training reward (arith)", xlabel="step", ylabel="mean reward")
+    ax_v.set(title=f"{algorithm}: held-out accuracy (greedy)", xlabel="step", ylabel="accuracy")
+    for ax in (ax_r, ax_v):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_seed(algorithm: str, seed: int, args, overrides: Sequence[str]) -> Dict[str, Any]:
+    run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
+    cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides)
+    if args.driver == "local":  # same arguments, trainer in-process (see LocalWorkerGroup)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--in-process-train", *cmd[3:], "trainer.num_workers=1"]
+    print("$", " ".join(cmd), flush=True)
+    start = time.time()
+    if not args.reuse or not (run_dir / "metrics.jsonl").exists():
+        log_path = Path(args.runs_dir) / f"{algorithm}_seed{seed}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as log:
+            env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+            if args.driver == "local":
+                env["OMP_NUM_THREADS"] = env.get("LEARNING_CURVE_THREADS", "1")
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if proc.returncode != 0:
+            tail = log_path.read_text()[-3000:]
+            raise RuntimeError(f"seed {seed}: training failed (exit {proc.returncode}); log {log_path}:\n{tail}")
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    return {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "wall_s": round(time.time() - start, 1),
+            "run_dir": str(run_dir), "curves": curves(rows)}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--in-process-train"]:
+        return train_in_process(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", default="grpo", help="an algorithm preset: grpo, ppo, rloo, ...")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--val-every", type=int, default=5)
+    parser.add_argument("--val-size", type=int, default=64, help="held-out prompts (data.val_limit)")
+    parser.add_argument("--runs-dir", default=str(ROOT / "outputs" / "learning_curve"))
+    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/learning_curve_<algo>.json)")
+    parser.add_argument("--driver", choices=["ray", "local"], default="ray",
+                        help="ray: the real command; local: the same trainer with its one worker in-process")
+    parser.add_argument("--reuse", action="store_true", help="read existing runs' metrics instead of training")
+    parser.add_argument("overrides", nargs="*", help="extra key=value overrides for reasonrl.train (after --)")
+    args = parser.parse_args(argv)
+    from reasonrl.datasets import prepare  # arith is generated: no download, deterministic per split
+
+    data = Path(args.runs_dir) / "data"
+    train_file, val_file = prepare("arith", "train", out_dir=data), prepare("arith", "test", out_dir=data)
+    overrides = [f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", f"data.val_limit={args.val_size}",
+                 *args.overrides]
+
+    runs = [run_seed(args.algorithm, seed, args, overrides) for seed in args.seeds]
+    out = Path(args.out) if args.out else RESULTS / f"learning_curve_{args.algorithm}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    result = {
+        "benchmark": "learning_curve", "algorithm": args.algorithm, "task": "arith", "seeds": args.seeds,
+        "steps": args.steps, "val_every": args.val_every, "overrides": overrides,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "summary": summarize(runs, args.val_size), "runs": runs, "plot": str(png.relative_to(ROOT))
+        if png.is_relative_to(ROOT) else str(png),
+    }
+    plot(runs, args.algorithm, png)
+    out.write_text(json.dumps(result, indent=2))
+    s = result["summary"]
+    print(f"{args.algorithm}: held-out accuracy {s['val_accuracy_step0']['mean']:.3f} -> "
+          f"{s['val_accuracy_final']['mean']:.3f} (gain {s['gain']['mean']:+.3f} ± {s['gain']['std']:.3f} over "
+          f"{len(runs)} seeds; binomial SE {s['noise']['binomial_se_of_difference']:.3f}); "
+          f"beyond noise: {s['improved_beyond_noise']}; wrote {out} and {png}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Critic: one data-parallel rank of the PPO value model (FSDP2), colocated with the actor's rank.
+
+It holds a ``ValueModel`` (causal-LM backbone + scalar head) with its own AdamW. ``compute_values`` scores the
+response positions of a rollout batch; ``update_critic`` regresses the values toward the returns with the clipped
+value loss. Checkpoints go into a ``critic/`` subfolder of the step's checkpoint directory.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict
+
+import torch
+import torch.distributed as dist
+
+from reasonrl.algorithms import explained_variance, masked_mean, value_loss
+from reasonrl.config import from_dict
+from reasonrl.data.batch import Batch
+from reasonrl.models import torch_dtype
+from reasonrl.models.value_head import ValueModel, load_value_state_dict, response_values
+
+from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
+from .distributed import all_reduce_sum, init_distributed
+from .fsdp import full_state_dict, load_full_state_dict, shard_model
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_SUBDIR = "critic"
+
+
+class CriticWorker:
+    """Same constructor as ``ActorRolloutRefWorker`` so one ``WorkerGroup`` recipe builds either."""
+
+    def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
+                 master_port: int, num_threads: int = 0) -> None:
+        self.cfg = from_dict(config)
+        self.rank, self.world_size = rank, world_size
+        self.device = "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu"
+        if self.device == "cpu" and num_threads:
+            torch.set_num_threads(num_threads)
+        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
+        torch.manual_seed(self.cfg.trainer.seed)
+        c = self.cfg.critic
+        path = c.model_path or model_path
+        self.model = ValueModel.from_pretrained(path, torch.float32, self.cfg.model.trust_remote_code)
+        if self.cfg.model.gradient_checkpointing:
+            self.model.model.gradient_checkpointing_enable()
+        self.model.config.use_cache = False
+        shard_model(self.model, self.mesh, self.device, torch_dtype(self.cfg.model.dtype, self.device))
+        a = self.cfg.actor
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, betas=tuple(a.betas),
+                                           weight_decay=a.weight_decay)
+
+    # ------------------------------------------------------------------ values
+    def _values(self, mb: Batch) -> torch.Tensor:
+        mb_mask = mb["response_mask"]
+        values = response_values(self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                 mb["responses"].shape[1])
+        return values * mb_mask
+
+    @dispatch(SPLIT_BATCH)
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> Batch:
+        """``values`` [b, T]: V(prefix before response token t), 0 at padding."""
+        self.model.eval()
+        out = [self._values(mb.to(self.device)).cpu() for mb in batch.split(self.cfg.actor.micro_batch_size_per_worker)]
+        return Batch({"values": torch.cat(out)})
+
+    # ------------------------------------------------------------------ update
+    @dispatch(SPLIT_METRICS)
+    def update_critic(self, batch: Batch) -> Dict[str, float]:
+        """Clipped value loss toward ``returns`` (old values: ``values``), ``actor.ppo_epochs`` passes over the same
+        mini-batches as the actor. The loss is a token mean over all ranks' valid tokens of a mini-batch, so the
+        gradient does not depend on how rows are split across ranks and micro-batches."""
+        a, c = self.cfg.actor, self.cfg.critic
+        for key in ("values", "returns", "response_mask"):
+            if key not in batch:
+                raise KeyError(f"update_critic needs '{key}' in the batch")
+        self.model.train()
+        mini_rows = (a.ppo_mini_batch_size or self.cfg.data.train_batch_size) * self.cfg.rollout.n
+        minis = batch.chunk(max(1, len(batch) * self.world_size // mini_rows)) if len(batch) else []
+        sums: Dict[str, float] = {}
+        counts: Dict[str, int] = {}
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + float(value)
+            counts[key] = counts.get(key, 0) + 1
+
+        for _ in range(a.ppo_epochs):
+            for mini in minis:
+                global_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in mini.split(a.micro_batch_size_per_worker):
+                    mb = mb.to(self.device)
+                    mask = mb["response_mask"]
+                    weight = mask.sum().item() / max(global_tokens, 1e-8) * self.world_size
+                    values = self._values(mb)
+                    loss, vl_metrics = value_loss(values, mb["values"], mb["returns"], mask, c.cliprange_value,
+                                                  "token-mean")
+                    (loss * weight).backward()
+                    add("critic/value_loss", loss.item())
+                    for k, v in vl_metrics.items():
+                        add(k, v)
+                grad_norm = self._clip_grads(self.cfg.actor.grad_clip)
+                if torch.isfinite(torch.tensor(grad_norm)):
+                    self.optimizer.step()
+                else:
+                    log.warning("critic: non-finite grad norm %s: skipping the optimizer step", grad_norm)
+                    add("critic/skipped_steps", 1.0)
+                add("critic/grad_norm", grad_norm)
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        mask = batch["response_mask"]
+        metrics["critic/explained_variance"] = explained_variance(batch["values"], batch["returns"], mask)
+        metrics["critic/returns_mean"] = float(masked_mean(batch["returns"], mask))
+        metrics["critic/values_mean"] = float(masked_mean(batch["values"], mask))
+        metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]
+        return metrics
+
+    def _clip_grads(self, max_norm: float) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ------------------------------------------------------------------ checkpoints
+    @dispatch(ONE_TO_ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        """Write ``<directory>/critic/``: the value model (HF backbone + head) and ``critic_optim.pt``."""
+        target = Path(directory) / CHECKPOINT_SUBDIR
+        model_sd, optim_sd = full_state_dict(self.model, self.optimizer)
+        if self.rank == 0:
+            self.model.save_pretrained(str(target), state_dict=model_sd)
+            torch.save({"optimizer": optim_sd}, target / "critic_optim.pt")
+        dist.barrier()
+
+    @dispatch(ONE_TO_ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore the value model and optimizer from ``<directory>/critic/``."""
+        source = Path(directory) / CHECKPOINT_SUBDIR
+        if not source.is_dir():
+            raise FileNotFoundError(f"{directory} has no {CHECKPOINT_SUBDIR}/ folder: not a PPO (critic) checkpoint")
+        model_sd = load_value_state_dict(str(source))
+        state = torch.load(source / "critic_optim.pt", weights_only=False)
+        if hasattr(self.model, "reshard"):  # a forward leaves the FSDP root unsharded (plain tensors, not DTensors)
+            self.model.reshard()
+        load_full_state_dict(self.model, self.optimizer, model_sd, state["optimizer"])
+
+    @dispatch(ONE_TO_ALL)
+    def info(self) -> Dict[str, Any]:
+        return {"rank": self.rank, "device": self.device, "pid": os.getpid(), "threads": torch.get_num_threads()}

@@ -1,0 +1,205 @@
+"""CriticWorker in-process (world size 1, gloo, no Ray): values on response positions, clipped value-loss updates
+toward fixed returns, micro-batch invariance, checkpoint round trip."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+
+from reasonrl.config import load_config, to_dict
+from reasonrl.data.collate import collate_rollout
+from reasonrl.workers.critic import CriticWorker
+
+from test_value_head import make_tiny_causal_lm
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> str:
+    return make_tiny_causal_lm(tmp_path_factory.mktemp("tiny_critic_lm"), seed=7)
+
+
+def make_worker(model_path: str, *overrides: str) -> CriticWorker:
+    cfg, _ = load_config(["algorithm=ppo", "trainer.device=cpu", "data.train_batch_size=2", "rollout.n=2",
+                          "actor.micro_batch_size_per_worker=4", "critic.lr=0.01", *overrides])
+    return CriticWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
+                        master_port=free_port(), num_threads=1)
+
+
+def rollout_batch():
+    """4 responses of 3 tokens each (prompts of different lengths, left-padded); returns 1 for rows 0-1, 0 else."""
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11]]
+    responses = [[20, 21, 22], [23, 24, 25], [26, 27, 28], [29, 30, 31]]
+    batch = collate_rollout(prompts, responses, [[0.0] * 3] * 4, pad_id=0)
+    returns = torch.tensor([1.0, 1.0, 0.0, 0.0])[:, None] * batch["response_mask"]
+    batch["returns"] = returns
+    return batch
+
+
+def test_first_update_metrics_match_hand_values(tiny_lm):
+    worker = make_worker(tiny_lm)
+    batch = rollout_batch()
+    batch = batch.union(worker.compute_values(batch))
+    # The head starts at zero, so V = 0 everywhere.
+    assert batch["values"].shape == (4, 3) and torch.count_nonzero(batch["values"]) == 0
+    m = worker.update_critic(batch)
+    # Loss = 0.5 * token-mean(max((V-R)^2, (Vclip-R)^2)) with V = Vold = 0: 0.5 * (6 ones + 6 zeros)/12 = 0.25.
+    assert m["critic/value_loss"] == pytest.approx(0.25)
+    # V = Vold gives equal clipped/unclipped errors: nothing counts as clipped.
+    assert m["critic/vf_clip_frac"] == 0.0
+    # Explained variance of the old values: 1 - Var(R - 0) / Var(R) = 0.
+    assert m["critic/explained_variance"] == pytest.approx(0.0)
+    assert m["critic/returns_mean"] == pytest.approx(0.5)
+    assert m["critic/grad_norm"] > 0
+    assert m["critic/lr"] == pytest.approx(0.01)
+
+
+def test_updates_toward_fixed_returns_reduce_the_value_loss(tiny_lm):
+    worker = make_worker(tiny_lm, "critic.cliprange_value=10.0")
+    batch = rollout_batch()
+    losses, evs = [], []
+    for _ in range(12):
+        step = batch.union(worker.compute_values(batch))
+        m = worker.update_critic(step)
+        losses.append(m["critic/value_loss"])
+        evs.append(m["critic/explained_variance"])
+    assert losses[0] == pytest.approx(0.25)
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert evs[-1] > 0.5, evs  # the critic now explains most of the return variance
+    # Padding positions stay exactly 0.
+    assert torch.all(worker.compute_values(batch)["values"][batch["response_mask"] == 0] == 0)
+
+
+def test_value_clipping_bounds_the_step(tiny_lm):
+    # With cliprange 0 the clipped values equal the old ones, so max(.,.) >= (Vold - R)^2: the loss is at least the
+    # old-value loss (0.25 at the start) and, once V moves, the clipped branch is the larger on some tokens.
+    worker = make_worker(tiny_lm, "critic.cliprange_value=0.0")
+    batch = rollout_batch()
+    old = batch.union(worker.compute_values(batch))
+    worker.update_critic(old)
+    m = worker.update_critic(old)  # second pass against the same old values: V has moved away from Vold
+    assert m["critic/value_loss"] >= 0.25 - 1e-6
+    assert m["critic/vf_clip_frac"] > 0
+
+
+def test_micro_batch_split_does_not_change_the_update(tiny_lm):
+    batch = rollout_batch()
+    after = []
+    for micro in (4, 1):
+        worker = make_worker(tiny_lm, f"actor.micro_batch_size_per_worker={micro}")
+        worker.update_critic(batch.union(worker.compute_values(batch)))
+        after.append(worker.compute_values(batch)["values"])
+    torch.testing.assert_close(after[0], after[1], atol=1e-5, rtol=1e-4)
+
+
+def test_update_needs_returns(tiny_lm):
+    worker = make_worker(tiny_lm)
+    batch = rollout_batch()
+    del batch.tensors["returns"]
+    with pytest.raises(KeyError, match="returns"):
+        worker.update_critic(batch.union(worker.compute_values(batch)))
+
+
+def test_checkpoint_round_trip(tiny_lm, tmp_path):
+    worker = make_worker(tiny_lm)
+    batch = rollout_batch()
+    for _ in range(2):
+        worker.update_critic(batch.union(worker.compute_values(batch)))
+    worker.save_checkpoint(str(tmp_path))
+    files = {p.name for p in (tmp_path / "critic").iterdir()}
+    assert {"config.json", "value_head.safetensors", "critic_optim.pt"} <= files
+    trained = worker.compute_values(batch)["values"]
+
+    fresh = make_worker(tiny_lm)
+    assert torch.count_nonzero(fresh.compute_values(batch)["values"]) == 0
+    fresh.load_checkpoint(str(tmp_path))
+    torch.testing.assert_close(fresh.compute_values(batch)["values"], trained)
+    # Optimizer state came back too: one more identical update gives identical values.
+    step = batch.union(fresh.compute_values(batch))
+    worker.update_critic(step)
+    fresh.update_critic(step)
+    torch.testing.assert_close(fresh.compute_values(batch)["values"], worker.compute_values(batch)["values"],
+                               atol=1e-6, rtol=1e-5)
+    with pytest.raises(FileNotFoundError, match="critic"):
+        fresh.load_checkpoint(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.slow
+def test_real_smollm2_critic_learns(model_path):
+    worker = make_worker(model_path, "critic.lr=1e-4", "critic.cliprange_value=10.0")
+    batch = rollout_batch()
+    losses = []
+    for _ in range(4):
+        m = worker.update_critic(batch.union(worker.compute_values(batch)))
+        losses.append(m["critic/value_loss"])
+    assert losses[0] == pytest.approx(0.25)
+    assert losses[-1] < losses[0], losses
+
+
+def make_tiny_policy(directory, tokenizer_path: str) -> str:
+    """A 2-layer random Llama with the real SmolLM2 tokenizer (and chat template): runs the whole loop in seconds."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(str(directory))
+    tok.save_pretrained(str(directory))
+    return str(directory)
+
+
+@pytest.mark.slow
+def test_ppo_and_dapo_through_the_trainer(tmp_path, model_path):
+    """The real command with Ray, 2 ranks: PPO builds the critic group, logs its metrics, honours the critic warm-up,
+    checkpoints into critic/ and resumes from it; DAPO logs its dynamic-sampling counts."""
+    import json
+    import subprocess
+    import sys
+
+    from reasonrl.datasets import prepare
+
+    policy = make_tiny_policy(tmp_path / "tiny", model_path)
+    train_file, val_file = prepare("arith", "train", out_dir=tmp_path), prepare("arith", "test", out_dir=tmp_path)
+    common = ["task=arith", f"model.path={policy}", "rollout.engine=hf", "trainer.num_workers=2",
+              "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8", "reward.workers=1",
+              f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", "trainer.logger=[jsonl]"]
+
+    def train(*args):
+        proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *common, *args], capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    def rows(run):
+        return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+    run = tmp_path / "ppo"
+    train("algorithm=ppo", "critic.warmup_steps=1", "trainer.total_steps=2", "trainer.save_every=1",
+          f"trainer.output_dir={run}")
+    first, second = rows(run)
+    for r in (first, second):
+        for key in ("critic/value_loss", "critic/vf_clip_frac", "critic/explained_variance", "critic/grad_norm",
+                    "timing_s/values", "timing_s/update_critic"):
+            assert key in r, key
+    assert "timing_s/update_actor" not in first and "actor/pg_loss" not in first  # warm-up: critic only
+    assert "timing_s/update_actor" in second
+    ckpt = run / "checkpoints" / "step_000002" / "critic"
+    assert (ckpt / "value_head.safetensors").exists() and (ckpt / "critic_optim.pt").exists()
+    proc = train("algorithm=ppo", "trainer.total_steps=3", f"trainer.output_dir={run}")
+    assert "resumed from" in proc.stdout and [r["step"] for r in rows(run)][-1] == 3
+
+    run = tmp_path / "dapo"
+    train("algorithm=dapo", "algorithm.overlong_buffer=4", "algorithm.max_resample_rounds=1", "trainer.total_steps=1",
+          f"trainer.output_dir={run}")
+    (r,) = rows(run)
+    assert 1 <= r["dynamic_sampling/rounds"] <= 2  # at most one extra round
+    assert r["dynamic_sampling/groups_kept"] % 2 == 0  # divisible by the 2 ranks

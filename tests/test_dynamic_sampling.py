@@ -1,0 +1,79 @@
+"""DAPO dynamic sampling on the controller side: keep groups whose rewards differ, refill, trim to even work."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from reasonrl.data.batch import Batch
+from reasonrl.trainer.dynamic_sampling import Round, informative_group_ids, refill_informative_groups, usable_groups
+
+
+def make_round(tag: str, group_scores):
+    """One group per entry of ``group_scores`` (each a list of n scores); prompts are named tag0, tag1, ..."""
+    prompts = [f"{tag}{g}" for g in range(len(group_scores))]
+    scores = [s for group in group_scores for s in group]
+    gen = Batch(meta={"response_text": [f"{tag}{g}-{j}" for g, grp in enumerate(group_scores) for j in range(len(grp))]})
+    return Round(prompts, gen, [SimpleNamespace(score=s) for s in scores])
+
+
+def test_informative_groups_are_those_with_different_scores():
+    # n=2: [1,1] all right, [0,1] mixed, [0,0] all wrong, [0.5,0] mixed -> groups 1 and 3.
+    rnd = make_round("a", [[1, 1], [0, 1], [0, 0], [0.5, 0]])
+    assert informative_group_ids(rnd.results, 2) == [1, 3]
+
+
+@pytest.mark.parametrize("kept,world,mini,expected", [
+    (0, 1, 4, 0),
+    (3, 1, 4, 3),   # one short mini-batch on the single rank
+    (6, 1, 4, 4),   # one full mini-batch of 4; 2 groups dropped
+    (5, 2, 4, 4),   # lcm(2, 4) = 4 -> 4
+    (3, 2, 4, 2),   # below one mini-batch: a multiple of the 2 ranks
+    (5, 2, 3, 2),   # mini 3 is not a multiple of 2 ranks: at most 2 groups, below the mini-batch size
+    (6, 2, 3, 6),   # lcm(2, 3) = 6
+    (1, 2, 4, 0),   # one group cannot be split over 2 ranks
+])
+def test_usable_groups(kept, world, mini, expected):
+    assert usable_groups(kept, world, mini) == expected
+
+
+def test_refill_takes_informative_groups_from_later_rounds_and_stops_at_target():
+    first = make_round("a", [[1, 1], [0, 1], [0, 0], [0, 0]])   # 1 informative (a1)
+    more = iter([make_round("b", [[0, 0], [1, 0], [1, 1], [0, 1]]),  # 2 informative (b1, b3)
+                 make_round("c", [[0, 1], [1, 0], [0, 1], [1, 0]])])  # 4 informative; only 1 needed
+    out, m = refill_informative_groups(first, lambda: next(more), n=2, target_groups=4, max_rounds=3,
+                                       world_size=2, mini_batch_prompts=4)
+    assert out.prompts == ["a1", "b1", "b3", "c0"]
+    assert out.gen["response_text"] == ["a1-0", "a1-1", "b1-0", "b1-1", "b3-0", "b3-1", "c0-0", "c0-1"]
+    assert [r.score for r in out.results] == [0, 1, 1, 0, 0, 1, 0, 1]
+    # 3 rounds x 4 prompts sampled; 4 kept; 12 - 4 = 8 dropped.
+    assert m["dynamic_sampling/rounds"] == 3
+    assert m["dynamic_sampling/groups_sampled"] == 12
+    assert m["dynamic_sampling/groups_kept"] == 4
+    assert m["dynamic_sampling/groups_dropped"] == 8
+    assert m["dynamic_sampling/fallback"] == 0
+
+
+def test_resampling_is_capped_and_result_trimmed_for_the_ranks():
+    calls = []
+
+    def sample():
+        calls.append(1)
+        return make_round(f"r{len(calls)}", [[0, 0], [1, 1], [0, 1], [1, 1]])  # 1 informative per round
+
+    first = make_round("a", [[0, 0], [0, 0], [1, 0], [1, 1]])  # 1 informative
+    out, m = refill_informative_groups(first, sample, n=2, target_groups=4, max_rounds=2, world_size=2,
+                                       mini_batch_prompts=4)
+    assert len(calls) == 2  # the cap: 2 extra rounds
+    # 3 informative groups; 2 ranks -> 2 usable (below one mini-batch of 4)
+    assert m["dynamic_sampling/groups_informative"] == 3
+    assert out.prompts == ["a2", "r12"]
+    assert len(out.gen) == 4 and len(out.results) == 4
+
+
+def test_no_informative_group_falls_back_to_the_first_round():
+    first = make_round("a", [[0, 0], [1, 1]])
+    out, m = refill_informative_groups(first, lambda: make_round("b", [[0, 0], [0, 0]]), n=2, target_groups=2,
+                                       max_rounds=1, world_size=1, mini_batch_prompts=2)
+    assert out is first
+    assert m["dynamic_sampling/fallback"] == 1 and m["dynamic_sampling/groups_kept"] == 2
