@@ -93,10 +93,6 @@ class ActorConfig:
     """Prompts per optimizer step (0: the whole batch is one mini-batch)."""
     micro_batch_size_per_worker: int = 8
     """Responses per forward/backward on one worker (gradient accumulation inside a mini-batch)."""
-    offload_params: bool = False
-    """GPU: move actor parameters to CPU during rollout."""
-    offload_optimizer: bool = False
-    """GPU: move optimizer state to CPU during rollout."""
 
 
 @dataclass

@@ -62,6 +62,7 @@ class RolloutEngine(Protocol):
         """Free weights and KV cache while the actor trains (no-op where unsupported)."""
         ...
 
-    def wake_up(self) -> None:
-        """Re-allocate what ``sleep`` freed (weights first, then KV cache)."""
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        """Re-allocate what ``sleep`` freed: ``tags`` picks "weights" and/or "kv_cache" (None: both), so a sync
+        can wake the weights first and the KV cache after."""
         ...

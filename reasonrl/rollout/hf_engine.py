@@ -101,5 +101,5 @@ class HFRolloutEngine:
     def sleep(self) -> None:
         """No-op: the hf engine keeps its weights (it has no KV cache between calls)."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags=None) -> None:
         """No-op (see ``sleep``)."""

@@ -66,7 +66,7 @@ class ActorRolloutRefWorker:
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
-        self.engine_awake = True
+        self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BATCH)
@@ -89,20 +89,24 @@ class ActorRolloutRefWorker:
                 meta["prompt_row"].append(i)
         return Batch(meta=meta)
 
-    def _wake_engine(self) -> None:
-        if not self.engine_awake:
-            if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its KV cache
-                torch.cuda.empty_cache()
-            self.engine.wake_up()
-            self.engine_awake = True
+    def _wake_engine(self, parts=("weights", "kv_cache")) -> None:
+        """Re-allocate what ``sleep_engine`` freed: weights before a sync, then the KV cache before rollout."""
+        parts = [p for p in parts if p in self.engine_asleep]
+        if not parts:
+            return
+        if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its memory
+            torch.cuda.empty_cache()
+        self.engine.wake_up(parts)
+        self.engine_asleep.difference_update(parts)
 
     @dispatch(ONE_TO_ALL)
     def sleep_engine(self) -> float:
-        """Free the engine's memory before training (GPU vLLM); a no-op where the engine cannot sleep."""
+        """Free the engine's weights and KV cache while the actor trains (vLLM on GPU). On CPU vLLM has no sleep
+        mode, so the engine keeps its memory and this is a no-op (``supports_sleep`` is False)."""
         start = time.perf_counter()
-        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and self.engine_awake:
+        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine_asleep:
             self.engine.sleep()
-            self.engine_awake = False
+            self.engine_asleep = {"weights", "kv_cache"}
         return time.perf_counter() - start
 
     # ------------------------------------------------------------------ log-probs
@@ -219,7 +223,7 @@ class ActorRolloutRefWorker:
         from reasonrl.rollout.weight_sync import iter_buckets
 
         start = time.perf_counter()
-        self._wake_engine()
+        self._wake_engine(("weights",))
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
         dtype = self.compute_dtype
         moved = 0
@@ -235,6 +239,7 @@ class ActorRolloutRefWorker:
         finish = getattr(self.engine, "finish_weight_update", None)
         if finish is not None:  # vLLM on CPU: close the layerwise reload session (repacks the last layers)
             finish()
+        self._wake_engine(("kv_cache",))
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(RANK_ZERO)
