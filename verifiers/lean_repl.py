@@ -258,7 +258,12 @@ class LeanRepl:
         return self._read_reply(time.monotonic() + timeout_s, timeout_s)
 
     def _crashed(self, what: str) -> ReplCrashed:
-        code = self.proc.poll() if self.proc else None
+        code = None
+        if self.proc:
+            try:  # the output ends a moment before the process is reaped: give it a second to report its code
+                code = self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                code = None
         err = self.stderr_tail()
         self.kill()
         self.close()
