@@ -50,6 +50,25 @@ def check_row(row: Any, where: str) -> None:
         raise DataError(f"{where}: 'reward_model' must hold a 'ground_truth'")
 
 
+def read_jsonl(path) -> List[Dict[str, Any]]:
+    """The records of an upstream JSON Lines file (blank lines skipped); FileNotFoundError when it is missing,
+    ValueError naming the line when one is not valid JSON."""
+    import json
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: line {i + 1}: not valid JSON ({exc.msg})") from None
+    return records
+
+
 def write_parquet(rows: Sequence[Dict[str, Any]], path: Path) -> Path:
     """Validate and write rows atomically (temp file, then rename)."""
     import pyarrow as pa

@@ -1,9 +1,10 @@
 """GSM8K recipe: upstream jsonl (question, answer with '#### <number>') -> schema rows."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from .common import read_jsonl
 
 INSTRUCTION = "Let's think step by step and put the final answer within \\boxed{}."
 UPSTREAM = {"train": "gsm8k_train.jsonl", "test": "gsm8k_test.jsonl"}
@@ -31,17 +32,7 @@ def build_rows(split: str, data_dir: Optional[Path]) -> List[Dict]:
     if split not in UPSTREAM:
         raise ValueError(f"gsm8k has splits {sorted(UPSTREAM)}, not {split!r}")
     if data_dir is not None:
-        path = Path(data_dir) / UPSTREAM[split]
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found")
-        examples = []
-        with open(path) as f:
-            for i, line in enumerate(f):
-                if line.strip():
-                    try:
-                        examples.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise ValueError(f"{path}: line {i}: {exc.msg}") from None
+        examples = read_jsonl(Path(data_dir) / UPSTREAM[split])
     else:
         from datasets import load_dataset  # Hugging Face datasets, only when online
 

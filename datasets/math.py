@@ -10,7 +10,7 @@ A pure row builder: writing parquet and the lookup order live in ``datasets/comm
 """
 from __future__ import annotations
 
-import json
+from .common import read_jsonl
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
@@ -59,25 +59,13 @@ def to_row(example: Dict[str, Any], split: str, index: int) -> Dict[str, Any]:
     }
 
 
-def _read_jsonl(path: Path) -> List[Dict[str, Any]]:
-    examples = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                try:
-                    examples.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: line {i + 1}: {exc.msg}") from None
-    return examples
-
-
 def read_examples(path: Path) -> List[Dict[str, Any]]:
     """Examples from a local ``.jsonl`` or ``.parquet`` file."""
     if str(path).endswith(".parquet"):
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    return _read_jsonl(path)
+    return read_jsonl(path)
 
 
 def _hub_examples() -> Iterable[Dict[str, Any]]:

@@ -6,7 +6,7 @@ original MBPP prompt does) so that the model learns the function's name and sign
 """
 from __future__ import annotations
 
-import json
+from .common import read_jsonl
 import os
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -44,18 +44,7 @@ def read_upstream(data_dir: Optional[Path]) -> List[Dict]:
         data_dir = Path(os.environ["REASONRL_DATA_DIR"])
     if data_dir is None:
         raise FileNotFoundError(f"MBPP needs {UPSTREAM}: pass data_dir or set REASONRL_DATA_DIR")
-    path = Path(data_dir) / UPSTREAM
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found")
-    examples = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                try:
-                    examples.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: line {i + 1}: {exc.msg}") from None
-    return examples
+    return read_jsonl(Path(data_dir) / UPSTREAM)
 
 
 def build_rows(split: str, data_dir: Optional[Path] = None) -> List[Dict]:

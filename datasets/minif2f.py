@@ -7,7 +7,7 @@ the proof is checked in. A pure row builder: writing parquet and the lookup orde
 """
 from __future__ import annotations
 
-import json
+from .common import read_jsonl
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -50,14 +50,4 @@ def build_rows(split: str, data_dir: Optional[Path]) -> List[Dict[str, Any]]:
     path = Path(data_dir) / UPSTREAM[split]
     if not path.exists():
         raise FileNotFoundError(f"{path} not found (miniF2F Lean 4 jsonl from yangky11/miniF2F-lean4)")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {line_no + 1}: not valid JSON ({exc.msg})") from None
-            rows.append(build_row(record, split, len(rows)))
-    return rows
+    return [build_row(record, split, i) for i, record in enumerate(read_jsonl(path))]

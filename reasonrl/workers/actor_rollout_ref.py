@@ -11,7 +11,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
@@ -24,7 +24,7 @@ from reasonrl.models.forward import response_log_probs
 from reasonrl.rollout import SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_sum, init_distributed
+from .distributed import all_reduce_sum, start_rank
 from .fsdp import full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,8 @@ class ActorRolloutRefWorker:
                  master_port: int, num_threads: int = 0) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
-        self.device = "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu"
-        if self.device == "cpu" and num_threads:
-            torch.set_num_threads(num_threads)
-        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
-        torch.manual_seed(self.cfg.trainer.seed)
+        self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
+                                            master_addr, master_port, num_threads)
         self.model_path = model_path
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)

@@ -21,7 +21,7 @@ from reasonrl.models import torch_dtype
 from reasonrl.models.value_head import ValueModel, load_value_state_dict, response_values
 
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_sum, init_distributed
+from .distributed import all_reduce_sum, start_rank
 from .fsdp import full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
@@ -36,11 +36,8 @@ class CriticWorker:
                  master_port: int, num_threads: int = 0) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
-        self.device = "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu"
-        if self.device == "cpu" and num_threads:
-            torch.set_num_threads(num_threads)
-        self.mesh = init_distributed(rank, world_size, master_addr, master_port, self.device)
-        torch.manual_seed(self.cfg.trainer.seed)
+        self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
+                                            master_addr, master_port, num_threads)
         c = self.cfg.critic
         path = c.model_path or model_path
         self.model = ValueModel.from_pretrained(path, torch.float32, self.cfg.model.trust_remote_code)

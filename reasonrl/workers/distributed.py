@@ -27,3 +27,15 @@ def all_reduce_sum(value: float, device: str) -> float:
     t = torch.tensor([float(value)], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t.item())
+
+
+def start_rank(trainer_device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
+               num_threads: int = 0):
+    """What every worker rank does first: pick its device (cuda when there is one and ``trainer.device`` is not
+    cpu), cap CPU threads, join the group and seed torch. Returns (device, mesh)."""
+    device = "cuda" if torch.cuda.is_available() and trainer_device != "cpu" else "cpu"
+    if device == "cpu" and num_threads:
+        torch.set_num_threads(num_threads)
+    mesh = init_distributed(rank, world_size, master_addr, master_port, device)
+    torch.manual_seed(seed)
+    return device, mesh
