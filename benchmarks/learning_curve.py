@@ -161,7 +161,8 @@ def run_seed(algorithm: str, seed: int, args, overrides: Sequence[str]) -> Dict[
         cmd = [sys.executable, str(Path(__file__).resolve()), "--in-process-train", *cmd[3:], "trainer.num_workers=1"]
     print("$", " ".join(cmd), flush=True)
     start = time.time()
-    if not args.reuse or not (run_dir / "metrics.jsonl").exists():
+    reused = bool(args.reuse and (run_dir / "metrics.jsonl").exists())
+    if not reused:
         log_path = Path(args.runs_dir) / f"{algorithm}_seed{seed}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w") as log:
@@ -173,7 +174,8 @@ def run_seed(algorithm: str, seed: int, args, overrides: Sequence[str]) -> Dict[
             tail = log_path.read_text()[-3000:]
             raise RuntimeError(f"seed {seed}: training failed (exit {proc.returncode}); log {log_path}:\n{tail}")
     rows = read_metrics(run_dir / "metrics.jsonl")
-    return {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "wall_s": round(time.time() - start, 1),
+    return {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "wall_s": None if reused else round(time.time() - start, 1),
+            "train_seconds": round(sum(v for _, v in curves(rows)["timing_s/step"]), 1),
             "run_dir": str(run_dir), "curves": curves(rows)}
 
 
@@ -191,6 +193,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/learning_curve_<algo>.json)")
     parser.add_argument("--driver", choices=["ray", "local"], default="ray",
                         help="ray: the real command; local: the same trainer with its one worker in-process")
+    parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. why a run stopped early)")
     parser.add_argument("--reuse", action="store_true", help="read existing runs' metrics instead of training")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for reasonrl.train (after --)")
     args = parser.parse_args(argv)
@@ -207,7 +210,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     png = out.with_suffix(".png")
     result = {
         "benchmark": "learning_curve", "algorithm": args.algorithm, "task": "arith", "seeds": args.seeds,
-        "steps": args.steps, "val_every": args.val_every, "overrides": overrides,
+        "steps": args.steps, "val_every": args.val_every, "note": args.note,
+        "driver": args.driver, "overrides": overrides,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "summary": summarize(runs, args.val_size), "runs": runs, "plot": str(png.relative_to(ROOT))
         if png.is_relative_to(ROOT) else str(png),

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 from typing import Dict, List, Optional
 
+GENERATED = True  # no upstream source: the lookup builds it directly
 SIZES = {"train": 2000, "test": 200}
 SEEDS = {"train": 1234, "test": 4321}
 

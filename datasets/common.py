@@ -136,6 +136,8 @@ def find_split(name: str, split: str, explicit: Optional[Sequence[str]] = None) 
     cached = cache_dir() / name / f"{split}.parquet"
     if cached.exists():
         return [str(cached)]
+    if getattr(recipe(name), "GENERATED", False):  # made from code alone: nothing to look up
+        return [str(prepare(name, split))]
     errors = []
     data_dir = data_dir_from_env()
     if data_dir is not None:

@@ -32,10 +32,12 @@ class WorkerGroup:
     """``world_size`` copies of ``worker_cls`` in one placement group (one bundle per rank)."""
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any]) -> None:
+                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0) -> None:
+        """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU."""
         self.worker_cls = worker_cls
         self.world_size = world_size
-        bundle = {"CPU": cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+        gpus = gpu_fraction if use_gpu else 0
+        bundle = {"CPU": cpus_per_worker, **({"GPU": gpus} if use_gpu else {})}
         self.placement_group = placement_group([dict(bundle) for _ in range(world_size)], strategy="PACK")
         ray.get(self.placement_group.ready())
         master_addr, master_port = "127.0.0.1", free_port()
@@ -43,7 +45,7 @@ class WorkerGroup:
         env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
         self.workers = [
             remote_cls.options(
-                num_cpus=cpus_per_worker, num_gpus=1 if use_gpu else 0,
+                num_cpus=cpus_per_worker, num_gpus=gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=r),
                 runtime_env={"env_vars": env},
             ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,

@@ -101,13 +101,14 @@ class Trainer:
         # of twice the cores to place both groups.
         start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
         cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
+        gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
         self.workers = WorkerGroup(ActorRolloutRefWorker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                   {"config": to_dict(cfg), "model_path": self.model_path})
+                                   {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share)
         self.worker_info = self.workers.info()
         self.critic: Optional[WorkerGroup] = None
         if self.use_critic:  # PPO: a value model per rank, next to the actor's
             self.critic = WorkerGroup(CriticWorker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                      {"config": to_dict(cfg), "model_path": self.model_path})
+                                      {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share)
         self.pool = make_pool(cfg.reward)
         self._resume()
 

@@ -281,6 +281,7 @@ class ActorRolloutRefWorker:
         for f in sorted((directory / "hf").glob("*.safetensors")):
             model_sd.update(load_file(str(f)))
         state = torch.load(directory / "actor_optim.pt", weights_only=False)
+        self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
         load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         rng_file = directory / f"rng_rank{self.rank}.pt"
