@@ -125,11 +125,12 @@ def bwrap_repl_command(command: Sequence[str], ro_paths: Sequence[str] = (), bwr
     """Wrap ``command`` in bubblewrap: no network, own pid/ipc/uts namespaces, a private /tmp, only the system
     directories and ``ro_paths`` (e.g. ``~/.elan`` and the Lean project) visible, read-only; dies with its parent."""
     system = ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"]
-    binds: List[str] = []
+    # The private /tmp comes first: a path given in ro_paths may live under /tmp and must stay visible.
+    binds: List[str] = ["--tmpfs", "/tmp"]
     for path in system + [os.path.abspath(os.path.expanduser(p)) for p in ro_paths]:
         if os.path.exists(path):
             binds += ["--ro-bind", path, path]
-    return [bwrap, *binds, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+    return [bwrap, *binds, "--dev", "/dev", "--proc", "/proc", "--unshare-all",
             "--die-with-parent", "--new-session", "--", *command]
 
 
