@@ -37,7 +37,8 @@ def main() -> None:
         for line in proc.stdout:
             lines.append(line)
             sys.stdout.write(line)
-            if first_step_s is None and (run_dir / "metrics.jsonl").exists():
+            metrics_file = run_dir / "metrics.jsonl"  # created empty at start; the first step's line marks it
+            if first_step_s is None and metrics_file.exists() and metrics_file.stat().st_size > 0:
                 first_step_s = time.perf_counter() - start
         proc.wait()
         total_s = time.perf_counter() - start
