@@ -25,7 +25,7 @@ from reasonrl.rollout import SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
-from .fsdp import full_state_dict, load_full_state_dict, shard_model
+from .fsdp import clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class ActorRolloutRefWorker:
                     add("actor/pg_loss", pg.item())
                     for k, v in pg_metrics.items():
                         add(k, v)
-                grad_norm = self._clip_grads(a.grad_clip)
+                grad_norm = clip_grad_norm(self.actor, a.grad_clip)
                 if torch.isfinite(torch.tensor(grad_norm)):
                     self.optimizer.step()
                 else:
@@ -205,13 +205,6 @@ class ActorRolloutRefWorker:
     def _mini_batch_rows(self) -> int:
         prompts = self.cfg.actor.ppo_mini_batch_size or self.cfg.data.train_batch_size
         return prompts * self.cfg.rollout.n
-
-    def _clip_grads(self, max_norm: float) -> float:
-        params = [p for p in self.actor.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        return float(norm)
 
     # ------------------------------------------------------------------ weight sync
     @dispatch(ONE_TO_ALL)

@@ -22,7 +22,7 @@ from reasonrl.models.value_head import ValueModel, load_value_state_dict, respon
 
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
-from .fsdp import full_state_dict, load_full_state_dict, shard_model
+from .fsdp import clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class CriticWorker:
                     add("critic/value_loss", loss.item())
                     for k, v in vl_metrics.items():
                         add(k, v)
-                grad_norm = self._clip_grads(self.cfg.actor.grad_clip)
+                grad_norm = clip_grad_norm(self.model, self.cfg.actor.grad_clip)
                 if torch.isfinite(torch.tensor(grad_norm)):
                     self.optimizer.step()
                 else:
@@ -113,13 +113,6 @@ class CriticWorker:
         metrics["critic/values_mean"] = float(masked_mean(batch["values"], mask))
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]
         return metrics
-
-    def _clip_grads(self, max_norm: float) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        return float(norm)
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)

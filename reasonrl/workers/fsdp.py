@@ -44,3 +44,13 @@ def load_full_state_dict(model, optimizer, model_sd: Dict[str, torch.Tensor], op
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_sd, options=options)
     set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
+
+
+def clip_grad_norm(model, max_norm: float) -> float:
+    """Clip the global gradient norm of ``model`` (0: measure only) and return it as a float; with FSDP2 the norm
+    is a DTensor over all ranks, made full here."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    return float(norm)
