@@ -93,6 +93,23 @@ class ActorConfig:
     """Prompts per optimizer step (0: the whole batch is one mini-batch)."""
     micro_batch_size_per_worker: int = 8
     """Responses per forward/backward on one worker (gradient accumulation inside a mini-batch)."""
+    offload_params: bool = False
+    """Keep the actor's FSDP shards and gradients in CPU memory (pinned) except while it computes log-probs or
+    updates, freeing GPU memory for the rollout engine's KV cache. The weight sync gathers from the CPU copy, one
+    parameter at a time. Costs host-device copies each step (``timing_s/offload_actor``, ``timing_s/onload_actor``);
+    no effect on a CPU worker."""
+    offload_optimizer: bool = False
+    """Keep the actor's optimizer state (AdamW moments, 2x the fp32 parameters) in CPU memory (pinned) except during
+    the update and checkpointing; no effect on a CPU worker."""
+
+
+@dataclass
+class RefConfig:
+    """The reference policy (loaded when ``algorithm.use_kl_loss`` or ``algorithm.kl_in_reward`` is on)."""
+
+    offload_params: bool = False
+    """Keep the reference model's FSDP shards in CPU memory (pinned) except while it computes ref log-probs
+    (``timing_s/offload_ref``, ``timing_s/onload_ref``); no effect on a CPU worker."""
 
 
 @dataclass
@@ -151,6 +168,12 @@ class CriticConfig:
     """Critic initialisation; None uses ``model.path``."""
     warmup_steps: int = 0
     """Steps during which only the critic trains."""
+    offload_params: bool = False
+    """Keep the critic's FSDP shards and gradients in CPU memory (pinned) except while it computes values or
+    updates (``timing_s/offload_critic``, ``timing_s/onload_critic``); no effect on a CPU worker."""
+    offload_optimizer: bool = False
+    """Keep the critic's optimizer state in CPU memory (pinned) except during its update and checkpointing; no
+    effect on a CPU worker."""
 
 
 @dataclass
@@ -231,6 +254,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

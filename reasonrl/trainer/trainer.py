@@ -63,6 +63,20 @@ def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
     ]
 
 
+def offload_enabled(cfg: Config) -> bool:
+    return any((cfg.actor.offload_params, cfg.actor.offload_optimizer, cfg.ref.offload_params,
+                cfg.critic.offload_params, cfg.critic.offload_optimizer))
+
+
+def slowest_rank(per_rank: List[Dict[str, float]]) -> Dict[str, float]:
+    """The largest value of each key over the ranks (a phase lasts as long as its slowest rank)."""
+    out: Dict[str, float] = {}
+    for metrics in per_rank:
+        for k, v in metrics.items():
+            out[k] = max(out.get(k, v), v)
+    return out
+
+
 def check_divisibility(cfg: Config, world_size: int) -> None:
     B = cfg.data.train_batch_size
     mini = cfg.actor.ppo_mini_batch_size or B
@@ -79,6 +93,10 @@ class Trainer:
         self.device = resolve_device(cfg)
         self.world_size = world_size_for(cfg, self.device)
         check_divisibility(cfg, self.world_size)
+        self.offload = offload_enabled(cfg)
+        if self.offload and self.device == "cpu":
+            log.warning("offload (actor/ref/critic.offload_*) has no effect on a CPU worker: the models already live "
+                        "in CPU memory")
         self.run_dir = Path(cfg.trainer.output_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg.model.path)
@@ -227,6 +245,10 @@ class Trainer:
                 metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
         metrics.update(self.pool.pop_stats())
         metrics.update(timer.metrics())
+        if self.offload:  # parts of the phases above: timing_s/{offload,onload}_{actor,ref,critic}
+            metrics.update(slowest_rank(self.workers.pop_offload_timing()))
+            if self.critic is not None:
+                metrics.update(slowest_rank(self.critic.pop_offload_timing()))
         response_tokens = float(mask.sum())
         all_tokens = float(batch["attention_mask"].sum())
         metrics["perf/rollout_tokens_per_s"] = response_tokens / max(timer.seconds["rollout"], 1e-9)

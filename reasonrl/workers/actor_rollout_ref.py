@@ -1,8 +1,14 @@
 """ActorRolloutRef: one data-parallel rank of the hybrid engine.
 
 It holds the FSDP2-sharded actor (with its optimizer), the rollout engine colocated in the same process, and the
-reference policy. All phase switching lives here: wake the engine before rollout, sleep it (and optionally offload
-the actor) around training, stream the new weights into the engine after each update.
+reference policy. All phase switching lives here: wake the engine before rollout, sleep it around training, stream
+the new weights into the engine after each update.
+
+Offload (``actor.offload_params``, ``actor.offload_optimizer``, ``ref.offload_params``): a model lives in CPU memory
+except inside the phases that use it: the actor's shards (and gradients) during old log-probs, the update and a
+checkpoint; its optimizer state during the update and a checkpoint; the reference model's shards during ref log-probs.
+Both are offloaded before the engine starts, so vLLM sizes its KV cache with their memory free. The weight sync does
+not bring the whole actor back: it copies one shard at a time to the device and all-gathers it there.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from reasonrl.rollout import SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
-from .fsdp import clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
+from .fsdp import Offloader, clip_grad_norm, full_state_dict, iter_full_params, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,11 @@ class ActorRolloutRefWorker:
             self.ref.requires_grad_(False)
             shard_model(self.ref, self.mesh, self.device, self.compute_dtype)
             self.ref.eval()
+        self.actor_offload = Offloader("actor", self.actor, self.device, a.offload_params, self.optimizer,
+                                       a.offload_optimizer)
+        self.ref_offload = Offloader("ref", self.ref, self.device, self.cfg.ref.offload_params and self.ref is not None)
+        self.actor_offload.offload()  # before the engine starts: it sizes its KV cache by the free memory
+        self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
@@ -124,7 +135,8 @@ class ActorRolloutRefWorker:
     def compute_log_probs(self, batch: Batch) -> Batch:
         """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token."""
         self.actor.eval()
-        lp, ent = self._forward_batches(self.actor, batch, with_entropy=True)
+        with self.actor_offload.on_device():
+            lp, ent = self._forward_batches(self.actor, batch, with_entropy=True)
         return Batch({"old_log_probs": lp, "entropy": ent})
 
     @dispatch(SPLIT_BATCH)
@@ -132,7 +144,8 @@ class ActorRolloutRefWorker:
     def compute_ref_log_probs(self, batch: Batch) -> Batch:
         if self.ref is None:
             raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
-        lp, _ = self._forward_batches(self.ref, batch, with_entropy=False)
+        with self.ref_offload.on_device():
+            lp, _ = self._forward_batches(self.ref, batch, with_entropy=False)
         return Batch({"ref_log_probs": lp})
 
     # ------------------------------------------------------------------ update
@@ -141,6 +154,12 @@ class ActorRolloutRefWorker:
         """PPO-style update over this rank's share: ``ppo_epochs`` passes over mini-batches, each accumulated over
         micro-batches; the loss is normalised by global (all-rank) token or sequence counts so that any split of the
         batch across ranks and micro-batches gives the same gradient."""
+        with self.actor_offload.on_device(optimizer=True):
+            metrics = self._update_actor(batch)
+            self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
+        return metrics
+
+    def _update_actor(self, batch: Batch) -> Dict[str, float]:
         a, alg = self.cfg.actor, self.cfg.algorithm
         self.actor.train()
         n_mini = len(batch) * self.world_size // self._mini_batch_rows()
@@ -218,12 +237,8 @@ class ActorRolloutRefWorker:
         dtype = self.compute_dtype
         moved = 0
 
-        def full_params():
-            for name, param in self.actor.named_parameters():
-                full = param.full_tensor() if hasattr(param, "full_tensor") else param
-                yield name, full.detach().to(dtype)
-
-        for bucket in iter_buckets(full_params(), bucket_bytes):
+        # An offloaded actor is gathered from the CPU shard by shard: the whole model never comes back for the sync.
+        for bucket in iter_buckets(iter_full_params(self.actor, self.device, dtype), bucket_bytes):
             self.engine.update_weights(bucket)
             moved += sum(t.numel() * t.element_size() for _, t in bucket)
         finish = getattr(self.engine, "finish_weight_update", None)
@@ -243,8 +258,9 @@ class ActorRolloutRefWorker:
         ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
         pos = torch.arange(ids.shape[1], device=self.device)[None]
         self.actor.eval()
-        actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
-                                         torch.tensor([list(response_ids)], device=self.device))
+        with self.actor_offload.on_device():
+            actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
+                                             torch.tensor([list(response_ids)], device=self.device))
         return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
 
     # ------------------------------------------------------------------ checkpoints
@@ -252,7 +268,8 @@ class ActorRolloutRefWorker:
     def save_checkpoint(self, directory: str) -> None:
         """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states."""
         directory = Path(directory)
-        model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
+        with self.actor_offload.on_device(optimizer=True):  # the state-dict gather is a device collective
+            model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
         if self.rank == 0:
             hf_dir = directory / "hf"
             unwrapped = self.actor
@@ -274,8 +291,9 @@ class ActorRolloutRefWorker:
         for f in sorted((directory / "hf").glob("*.safetensors")):
             model_sd.update(load_file(str(f)))
         state = torch.load(directory / "actor_optim.pt", weights_only=False)
-        self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
-        load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
+        with self.actor_offload.on_device(optimizer=True):
+            self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
+            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         rng_file = directory / f"rng_rank{self.rank}.pt"
         if rng_file.exists():
@@ -284,6 +302,12 @@ class ActorRolloutRefWorker:
             random.setstate(rng["python"])
             if rng.get("cuda") is not None and self.device == "cuda":
                 torch.cuda.set_rng_state(rng["cuda"])
+
+    @dispatch(ONE_TO_ALL)
+    def pop_offload_timing(self) -> Dict[str, float]:
+        """Seconds spent moving the actor (params, gradients, optimizer state) and the reference model between the
+        device and the CPU since the last call: ``timing_s/{offload,onload}_{actor,ref}`` (empty with offload off)."""
+        return {**self.actor_offload.pop_metrics(), **self.ref_offload.pop_metrics()}
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:

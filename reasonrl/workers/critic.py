@@ -3,6 +3,10 @@
 It holds a ``ValueModel`` (causal-LM backbone + scalar head) with its own AdamW. ``compute_values`` scores the
 response positions of a rollout batch; ``update_critic`` regresses the values toward the returns with the clipped
 value loss. Checkpoints go into a ``critic/`` subfolder of the step's checkpoint directory.
+
+With ``critic.offload_params`` / ``critic.offload_optimizer`` the value model's shards (and gradients) / its optimizer
+state live in CPU memory except inside ``compute_values`` (shards), ``update_critic`` and checkpointing (both), leaving
+the shared GPU to the actor's process and its rollout engine the rest of the step.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from reasonrl.models.value_head import ValueModel, load_value_state_dict, respon
 
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
-from .fsdp import clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
+from .fsdp import Offloader, clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,9 @@ class CriticWorker:
         a = self.cfg.actor
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, betas=tuple(a.betas),
                                            weight_decay=a.weight_decay)
+        self.offload = Offloader("critic", self.model, self.device, c.offload_params, self.optimizer,
+                                 c.offload_optimizer)
+        self.offload.offload()
 
     # ------------------------------------------------------------------ values
     def _values(self, mb: Batch) -> torch.Tensor:
@@ -61,7 +68,9 @@ class CriticWorker:
     def compute_values(self, batch: Batch) -> Batch:
         """``values`` [b, T]: V(prefix before response token t), 0 at padding."""
         self.model.eval()
-        out = [self._values(mb.to(self.device)).cpu() for mb in batch.split(self.cfg.actor.micro_batch_size_per_worker)]
+        with self.offload.on_device():
+            out = [self._values(mb.to(self.device)).cpu()
+                   for mb in batch.split(self.cfg.actor.micro_batch_size_per_worker)]
         return Batch({"values": torch.cat(out)})
 
     # ------------------------------------------------------------------ update
@@ -70,6 +79,12 @@ class CriticWorker:
         """Clipped value loss toward ``returns`` (old values: ``values``), ``actor.ppo_epochs`` passes over the same
         mini-batches as the actor. The loss is a token mean over all ranks' valid tokens of a mini-batch, so the
         gradient does not depend on how rows are split across ranks and micro-batches."""
+        with self.offload.on_device(optimizer=True):
+            metrics = self._update_critic(batch)
+            self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
+        return metrics
+
+    def _update_critic(self, batch: Batch) -> Dict[str, float]:
         a, c = self.cfg.actor, self.cfg.critic
         for key in ("values", "returns", "response_mask"):
             if key not in batch:
@@ -119,7 +134,8 @@ class CriticWorker:
     def save_checkpoint(self, directory: str) -> None:
         """Write ``<directory>/critic/``: the value model (HF backbone + head) and ``critic_optim.pt``."""
         target = Path(directory) / CHECKPOINT_SUBDIR
-        model_sd, optim_sd = full_state_dict(self.model, self.optimizer)
+        with self.offload.on_device(optimizer=True):  # the state-dict gather is a device collective
+            model_sd, optim_sd = full_state_dict(self.model, self.optimizer)
         if self.rank == 0:
             self.model.save_pretrained(str(target), state_dict=model_sd)
             torch.save({"optimizer": optim_sd}, target / "critic_optim.pt")
@@ -133,9 +149,15 @@ class CriticWorker:
             raise FileNotFoundError(f"{directory} has no {CHECKPOINT_SUBDIR}/ folder: not a PPO (critic) checkpoint")
         model_sd = load_value_state_dict(str(source))
         state = torch.load(source / "critic_optim.pt", weights_only=False)
-        if hasattr(self.model, "reshard"):  # a forward leaves the FSDP root unsharded (plain tensors, not DTensors)
-            self.model.reshard()
-        load_full_state_dict(self.model, self.optimizer, model_sd, state["optimizer"])
+        with self.offload.on_device(optimizer=True):
+            if hasattr(self.model, "reshard"):  # a forward leaves the FSDP root unsharded (plain tensors, not DTensors)
+                self.model.reshard()
+            load_full_state_dict(self.model, self.optimizer, model_sd, state["optimizer"])
+
+    @dispatch(ONE_TO_ALL)
+    def pop_offload_timing(self) -> Dict[str, float]:
+        """``timing_s/offload_critic`` and ``timing_s/onload_critic`` since the last call (empty with offload off)."""
+        return self.offload.pop_metrics()
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:

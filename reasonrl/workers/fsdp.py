@@ -1,13 +1,17 @@
-"""FSDP2 helpers: shard a Hugging Face causal LM, and move full (unsharded) state dicts in and out."""
+"""FSDP2 helpers: shard a Hugging Face causal LM, move full (unsharded) state dicts in and out, and offload a model's
+shards, gradients and optimizer state to CPU memory between the phases that use them."""
 from __future__ import annotations
 
-from typing import Dict, Tuple
+import time
+from contextlib import contextmanager
+from typing import Dict, Iterator, Tuple
 
 import torch
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 
 def decoder_layers(model) -> list:
@@ -54,3 +58,197 @@ def clip_grad_norm(model, max_norm: float) -> float:
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()
     return float(norm)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Offload: keep a model's shards, its gradients and its optimizer's state in CPU memory between the phases that use
+# them, so that the colocated engine's KV cache (or another model) gets the device memory. Everything here works on
+# any device; on a CPU worker every move is a no-op (the tensors are already there).
+
+def _synchronize(devices) -> None:
+    for device in devices:
+        if device.type not in ("cpu", "meta"):  # meta: nothing to wait for (tests move to it)
+            torch.get_device_module(device.type).synchronize(device)
+
+
+def _empty_cache(devices) -> None:
+    """Hand the freed blocks back to the driver: the engine (or a colocated worker process) allocates outside
+    PyTorch's caching allocator and would not see them otherwise."""
+    for device in devices:
+        if device.type not in ("cpu", "meta"):
+            torch.get_device_module(device.type).empty_cache()
+
+
+def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_copy: bool) -> torch.Tensor:
+    """``tensor`` on ``device`` with the same dtype, shape and strides (a DTensor keeps its mesh and placements:
+    only its local shard moves). The same object when it is already there, unless ``always_copy``. A copy from an
+    accelerator to the CPU lands in pinned memory when ``pin_memory``, so that the way back can be asynchronous."""
+    if isinstance(tensor, DTensor):
+        local = tensor.to_local()
+        out = _moved(local, device, pin_memory, always_copy)
+        if out is local:
+            return tensor
+        return DTensor.from_local(out, tensor.device_mesh, tensor.placements, run_check=False, shape=tensor.shape,
+                                  stride=tensor.stride())
+    if tensor.device == device and not always_copy:
+        return tensor
+    if device.type == "cpu" and tensor.device.type != "cpu" and pin_memory:
+        out = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=device, pin_memory=True)
+        return out.copy_(tensor, non_blocking=True)
+    if tensor.device == device:
+        return tensor.clone()
+    return tensor.to(device, non_blocking=tensor.device.type == "cpu" and tensor.is_pinned())
+
+
+@torch.no_grad()
+def move_fsdp_model(model: torch.nn.Module, device, *, pin_memory: bool = True, always_copy: bool = False) -> float:
+    """Move the parameters (FSDP2: the local shards of the DTensors), their gradients where not None, and the
+    buffers of ``model`` to ``device``; returns the seconds taken (the copies are finished when it returns).
+
+    Parameter objects keep their identity, so an optimizer built on them stays valid. It goes through
+    ``Module._apply`` like ``model.to()``: on an FSDP2 module that first reshards (a forward leaves the root's
+    parameters unsharded) and afterwards re-points FSDP's own references to the moved shards (a shard that FSDP
+    pads, dim 0 not divisible by the ranks, is re-padded by FSDP into pageable memory: correct, only its copies are
+    slower). ``always_copy`` copies even tensors that are already on ``device`` (tests use it to see that every
+    tensor is reached)."""
+    start = time.perf_counter()
+    device = torch.device(device)
+    params = list(model.parameters())
+    tensors = [*params, *(p.grad for p in params if p.grad is not None), *model.buffers()]
+    if not always_copy and all(t.device == device for t in tensors):
+        return time.perf_counter() - start  # already there (a CPU worker): nothing to do
+    sources = set()
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        sources.add(t.device)
+        return _moved(t, device, pin_memory, always_copy)
+
+    model._apply(move)
+    _synchronize(sources | {device})
+    return time.perf_counter() - start
+
+
+def _stays_on_host(group: dict, value: torch.Tensor) -> bool:
+    """torch optimizers keep a scalar ``step`` on the CPU unless they are ``capturable`` or ``fused``."""
+    return value.dim() == 0 and not isinstance(value, DTensor) and not (group.get("capturable") or group.get("fused"))
+
+
+@torch.no_grad()
+def move_optimizer(optimizer: torch.optim.Optimizer, device, *, pin_memory: bool = True,
+                   always_copy: bool = False) -> float:
+    """Move every tensor of the optimizer's state (AdamW: ``exp_avg``, ``exp_avg_sq`` and ``step``) to ``device``;
+    returns the seconds taken. Moving to an accelerator leaves a scalar ``step`` on the CPU where the optimizer keeps
+    it (not capturable, not fused). An optimizer that has not stepped yet has no state: nothing moves."""
+    start = time.perf_counter()
+    device = torch.device(device)
+    sources = set()
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            for key, value in (state or {}).items():
+                if not torch.is_tensor(value) or (device.type != "cpu" and _stays_on_host(group, value)):
+                    continue
+                sources.add(value.device)
+                state[key] = _moved(value, device, pin_memory, always_copy)
+    _synchronize(sources | {device})
+    return time.perf_counter() - start
+
+
+def _devices_of(tensors) -> set:
+    return {t.device for t in tensors if t is not None}
+
+
+def offload_fsdp_model(model: torch.nn.Module, empty_cache: bool = True) -> float:
+    """Parameters, gradients and buffers of ``model`` to (pinned) CPU memory; returns seconds (``move_fsdp_model``)."""
+    devices = _devices_of([*model.parameters(), *model.buffers()])
+    seconds = move_fsdp_model(model, "cpu")
+    if empty_cache:
+        _empty_cache(devices)
+    return seconds
+
+
+def onload_fsdp_model(model: torch.nn.Module, device) -> float:
+    """Parameters, gradients and buffers of ``model`` back to ``device``; returns seconds."""
+    return move_fsdp_model(model, device)
+
+
+def offload_optimizer(optimizer: torch.optim.Optimizer, empty_cache: bool = True) -> float:
+    """The optimizer's state to (pinned) CPU memory; returns seconds. See ``move_optimizer``."""
+    devices = _devices_of([v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)])
+    seconds = move_optimizer(optimizer, "cpu")
+    if empty_cache:
+        _empty_cache(devices)
+    return seconds
+
+
+def onload_optimizer(optimizer: torch.optim.Optimizer, device) -> float:
+    """The optimizer's state back to ``device``; returns seconds."""
+    return move_optimizer(optimizer, device)
+
+
+def iter_full_params(model: torch.nn.Module, device, dtype: torch.dtype) -> Iterator[Tuple[str, torch.Tensor]]:
+    """(name, full parameter) in ``dtype`` on ``device``, one at a time (a collective: every rank iterates). An
+    offloaded model is gathered from the CPU: each shard is copied to ``device`` on its own and all-gathered there,
+    so the weight sync never needs the whole model back on the device."""
+    device = torch.device(device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param = _moved(param.detach(), device, pin_memory=False, always_copy=False)
+            full = param.full_tensor() if isinstance(param, DTensor) else param
+            yield name, full.to(dtype)
+
+
+class Offloader:
+    """Where one model (and its optimizer) lives between phases. With ``params`` the parameters and gradients stay in
+    CPU memory except inside ``on_device()``; with ``optimizer_state`` the optimizer's state does too, except inside
+    ``on_device(optimizer=True)``. Both off: everything stays on the device and ``on_device`` does nothing. The
+    seconds spent moving are summed per direction until ``pop_metrics``."""
+
+    def __init__(self, name: str, model: torch.nn.Module, device, params: bool, optimizer=None,
+                 optimizer_state: bool = False) -> None:
+        self.name, self.model, self.optimizer, self.device = name, model, optimizer, torch.device(device)
+        self.params, self.optimizer_state = params, optimizer_state and optimizer is not None
+        self.seconds = {"offload": 0.0, "onload": 0.0}
+        self.moves = 0
+        self.params_home = self.optim_home = True  # on the device
+
+    @property
+    def enabled(self) -> bool:
+        return self.params or self.optimizer_state
+
+    def offload(self) -> None:
+        """Move what is configured to be offloaded to the CPU (a no-op when it is there already)."""
+        if self.params and self.params_home:
+            self._count("offload", offload_fsdp_model(self.model))
+            self.params_home = False
+        if self.optimizer_state and self.optim_home:
+            self._count("offload", offload_optimizer(self.optimizer))
+            self.optim_home = False
+
+    def onload(self, optimizer: bool = False) -> None:
+        if not self.params_home:
+            self._count("onload", onload_fsdp_model(self.model, self.device))
+            self.params_home = True
+        if optimizer and not self.optim_home:
+            self._count("onload", onload_optimizer(self.optimizer, self.device))
+            self.optim_home = True
+
+    @contextmanager
+    def on_device(self, optimizer: bool = False):
+        """The model (and with ``optimizer`` its optimizer state) on the device inside, offloaded again after."""
+        self.onload(optimizer)
+        try:
+            yield
+        finally:
+            self.offload()
+
+    def _count(self, direction: str, seconds: float) -> None:
+        self.seconds[direction] += seconds
+        self.moves += 1
+
+    def pop_metrics(self) -> Dict[str, float]:
+        """``timing_s/offload_<name>`` and ``timing_s/onload_<name>`` since the last call (empty when nothing moved)."""
+        out = {f"timing_s/{d}_{self.name}": s for d, s in self.seconds.items()} if self.moves else {}
+        self.seconds = {"offload": 0.0, "onload": 0.0}
+        self.moves = 0
+        return out
