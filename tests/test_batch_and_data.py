@@ -79,3 +79,20 @@ def test_broken_row_fails_with_its_index(tmp_path):
         read_rows(str(path))
     with pytest.raises(DataError, match="row 1"):
         write_parquet([good, dict(good, reward_model={"style": "rule"})], tmp_path / "x.parquet")
+
+
+def test_arith_test_split_is_held_out_from_train():
+    """The generated task's test problems never occur in train (a fixed fifth of the 1,800-problem space is kept
+    for test) and are distinct, so held-out accuracy is not recall of training prompts."""
+    from reasonrl.datasets import arith
+
+    question = lambda row: row["prompt"][0]["content"]  # noqa: E731
+    train, test = arith.build_rows("train"), arith.build_rows("test")
+    assert len(train) == arith.SIZES["train"] and len(test) == arith.SIZES["test"]
+    assert not {question(r) for r in train} & {question(r) for r in test}
+    assert len({question(r) for r in test}) == len(test)
+    # e.g. 5 + 10: (5 * 31 + 10) * 2 + 0 = 330, divisible by 5 -> held out; 5 + 11: 332 -> train
+    assert arith.held_out(5, 10, "+") and not arith.held_out(5, 11, "+")
+    assert all(arith.held_out(*map(int, q.split("What is ")[1].split("?")[0].split()[::2]),
+                             q.split()[3]) for q in map(question, test))
+    assert [question(r) for r in test] == [question(r) for r in arith.build_rows("test")]  # deterministic
