@@ -30,7 +30,7 @@ setup_base() {
   fi
   if [ ! -f "$SITE/.whl-ok" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-      .carry/whl/*.whl $(ls .lc/whl/*.whl 2>/dev/null)
+      .carry/whl/*.whl $(ls .lc/whl/*.whl .carry/ray/whl/*.whl 2>/dev/null)
     touch "$SITE/.whl-ok"
   fi
   # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
