@@ -64,7 +64,8 @@ def _fused_response_log_probs(model, head: nn.Linear, input_ids, attention_mask,
     def head_to_log_probs(hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [b, width + 1, H], the last width + 1 positions; the first width of them predict the response.
         log_probs, entropy = linear_log_probs(hidden[:, :width], head.weight, responses, chunk_size, with_entropy)
-        return torch.stack([log_probs, entropy], dim=-1) if with_entropy else log_probs.unsqueeze(-1)
+        # A new tensor, not a view: FSDP2 hooks the root's output for backward (and warns about views).
+        return torch.stack([log_probs, entropy] if with_entropy else [log_probs], dim=-1)
 
     with _head_forward_replaced(head, head_to_log_probs):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
