@@ -214,3 +214,18 @@ def test_compiled_decoder_layers_give_the_same_log_probs():
         raise
     assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran compiled
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_model_matches_within_bfloat16_noise():
+    """bf16 compute (as on the GPU): the fused path's log-probs and gradients agree with full logits up to bf16
+    rounding (the gradients' dtypes match the parameters')."""
+    model = tiny_model("qwen2", True).to(torch.bfloat16)
+    lp0, ent0, g0 = grads_of(model, fused=False, chunk_size=2048, with_entropy=True)
+    lp1, ent1, g1 = grads_of(model, fused=True, chunk_size=5, with_entropy=True)
+    assert lp1.dtype == torch.float32
+    torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-3)
+    torch.testing.assert_close(ent1, ent0, rtol=0, atol=1e-3)
+    for name in g0:
+        assert g1[name].dtype == torch.bfloat16
+        cosine = torch.nn.functional.cosine_similarity(g1[name].float().flatten(), g0[name].float().flatten(), dim=0)
+        assert cosine > 0.999, (name, cosine)

@@ -67,21 +67,20 @@ class ChunkedLinearLogProb(torch.autograd.Function):
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             end = min(start + ctx.chunk_size, hidden.shape[0])
             h = hidden[start:end]
-            logits = _chunk_logits(h, weight)
-            probs = torch.softmax(logits, dim=-1)
-            # grad_logits is built in the logits' buffer: first -e (z - E_p[z]) - g, then times p, then + g at y.
-            if grad_entropy is not None:
-                mean_logit = _row_dot(probs, logits)
-                grad_logits = logits.sub_(mean_logit[:, None]).mul_(-grad_entropy[start:end, None])
-            else:
-                grad_logits = logits.zero_()
-            g = grad_log_probs[start:end] if grad_log_probs is not None else None
-            if g is not None:
-                grad_logits.sub_(g[:, None])
-            grad_logits.mul_(probs)
+            logits = h @ weight.t()  # the compute dtype; softmax reads it and writes float32 without an fp32 copy
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            g = grad_log_probs[start:end, None] if grad_log_probs is not None else None
+            if grad_entropy is None:  # the update without an entropy bonus: dL/dz = -g p, then + g at y
+                del logits
+                grad_logits = probs.mul_(-g)
+            else:  # dL/dz = p (-e (z - E_p[z]) - g), then + g at y; built in the float32 logits' buffer
+                logits = logits.float()
+                e = grad_entropy[start:end, None]
+                offset = e * _row_dot(probs, logits)[:, None] - (g if g is not None else 0.0)
+                grad_logits = logits.mul_(-e).add_(offset).mul_(probs)
             del probs
             if g is not None:
-                grad_logits.scatter_add_(-1, labels[start:end, None], g[:, None])
+                grad_logits.scatter_add_(-1, labels[start:end, None], g)
             grad_logits = grad_logits.to(hidden.dtype)
             if want_hidden:
                 grad_hidden[start:end] = grad_logits @ weight.to(hidden.dtype)
