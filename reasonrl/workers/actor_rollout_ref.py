@@ -31,7 +31,8 @@ from reasonrl.rollout import SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
-from .fsdp import Offloader, clip_grad_norm, full_state_dict, iter_full_params, load_full_state_dict, shard_model
+from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
+                   load_full_state_dict, shard_model)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class ActorRolloutRefWorker:
         if self.cfg.model.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         self.actor.config.use_cache = False
+        if self.cfg.actor.compile:
+            compile_decoder_layers(self.actor)
         shard_model(self.actor, self.mesh, self.device, self.compute_dtype)
         a = self.cfg.actor
         self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=a.lr, betas=tuple(a.betas),

@@ -27,6 +27,18 @@ def decoder_layers(model) -> list:
     raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
 
 
+def compile_decoder_layers(model) -> int:
+    """Regional ``torch.compile``: compile each decoder layer in place (``Module.compile``, so parameter names and
+    state-dict keys do not change), ``fullgraph=False`` so that anything Dynamo cannot trace runs eagerly. Call it
+    before ``shard_model`` (compile, then ``fully_shard``, as torchtitan does): FSDP2's hooks then run around the
+    compiled layer. All layers share one compiled graph (modules are graph inputs), and a sequence length not seen
+    before recompiles once, after which Dynamo marks it dynamic. Returns the number of layers compiled."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(fullgraph=False)
+    return len(layers)
+
+
 def shard_model(model, mesh, device: str, compute_dtype: torch.dtype) -> None:
     """``fully_shard`` every decoder layer, then the root; parameters stay fp32, compute in ``compute_dtype``."""
     model.to(device)

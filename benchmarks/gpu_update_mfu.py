@@ -1,0 +1,291 @@
+"""The actor update's MFU on a random-weight Qwen2.5-1.5B-shaped model, per log-prob path and micro-batch -> JSON.
+
+    python benchmarks/gpu_update_mfu.py --out results/gpu_update_mfu.json [--shape qwen2.5-1.5b] [--rows 64]
+
+Runs the real ``ActorRolloutRefWorker`` in this process (world size 1: FSDP2 shard, fp32 master weights, bf16
+compute, no gradient checkpointing, ``rollout.engine=hf`` only constructed; no vLLM, no Ray, no reference policy) on
+a synthetic batch of ``--rows`` rows of ``--prompt-len`` random prompt tokens + ``--response-len`` response tokens.
+Per variant it times:
+
+- ``compute_log_probs`` (the old-log-prob pass: no grad, with entropy), one warm-up then ``--steps`` timed;
+- ``update_actor`` (micro-batch forward + PPO-clip loss + backward, grad clip, AdamW step; one mini-batch = the whole
+  batch), ``--warmup`` then ``--steps`` timed;
+
+and reports seconds, tokens/s (all tokens, prompt included, as ``gpu_grpo_step.py`` counts them), MFU = 6 x params x
+tokens/s over 989 TFLOP/s (H200 dense bf16; 2 x params for the no-grad pass) and the allocator's peak memory.
+
+Variants: ``baseline`` (full logits for every position, ``fused=False``), ``fused`` (chunked log-probs through the
+LM head, the default path), ``fused_compile`` (plus ``actor.compile``: regional torch.compile of the decoder
+layers), each at every ``--micro-batches`` size. Results are written after every variant, so a run cut short keeps
+what finished; ``--deadline-s`` skips variants that would not finish in time.
+
+``--shape tiny`` runs the same code on a CPU (fp32) with small sizes, as a smoke test.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import reasonrl.models.forward as forward_module  # noqa: E402
+from gpu_grpo_step import SHAPES, parameter_count, write, write_random_model  # noqa: E402
+from reasonrl.config import load_config, to_dict  # noqa: E402
+from reasonrl.data import Batch  # noqa: E402
+from reasonrl.data.collate import collate_rollout  # noqa: E402
+from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
+
+H200_BF16_DENSE_FLOPS = 989e12
+GIB = float(1 << 30)
+PATHS = {  # variant name -> (fused log-probs, actor.compile)
+    "baseline": (False, False),
+    "fused": (True, False),
+    "fused_compile": (True, True),
+}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _reset_peak() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib() -> Optional[float]:
+    return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_available() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool) -> ActorRolloutRefWorker:
+    """The real actor worker, world size 1, configured for the update only (no KL loss, so no reference model)."""
+    rows_per_prompt = 8 if args.rows % 8 == 0 else 1
+    overrides = [
+        f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
+        "model.gradient_checkpointing=false",
+        f"data.train_batch_size={args.rows // rows_per_prompt}", f"rollout.n={rows_per_prompt}",
+        f"data.max_prompt_length={args.prompt_len}", f"rollout.max_new_tokens={args.response_len}",
+        "rollout.engine=hf", "actor.ppo_mini_batch_size=0", "actor.lr=1e-6", f"actor.compile={compile_layers}",
+        "algorithm.use_kl_loss=false", "algorithm.kl_in_reward=false", "algorithm.entropy_coef=0.0",
+        "trainer.profile=none", "trainer.resume=never", f"trainer.device={'cuda' if on_gpu else 'cpu'}",
+        "trainer.seed=1",
+    ]
+    cfg, _ = load_config(overrides, cuda_available=on_gpu)
+    return ActorRolloutRefWorker(to_dict(cfg), str(model_dir), rank=0, world_size=1, master_addr="127.0.0.1",
+                                 master_port=_free_port())
+
+
+def synthetic_batch(args, vocab: int) -> Batch:
+    """``--rows`` rows of random prompt and response tokens (no EOS inside), GRPO-like advantages per row."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(1, vocab - 1) for _ in range(args.prompt_len)] for _ in range(args.rows)]
+    responses = [[rng.randrange(1, vocab - 1) for _ in range(args.response_len)] for _ in range(args.rows)]
+    batch = collate_rollout(prompts, responses, [[0.0] * args.response_len] * args.rows, pad_id=vocab - 1)
+    advantages = torch.randn(args.rows, generator=torch.Generator().manual_seed(1))
+    batch["advantages"] = advantages[:, None] * batch["response_mask"]
+    batch["returns"] = batch["advantages"].clone()
+    return batch
+
+
+def timed(fn, repeats: int) -> Dict[str, Any]:
+    """Run ``fn`` ``repeats`` times (device-synchronised); seconds per call, the peak memory, the last result."""
+    _sync()
+    _reset_peak()
+    seconds = []
+    out = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        _sync()
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": seconds, "mean_s": sum(seconds) / max(1, len(seconds)), "peak_allocated_gib": _peak_gib(),
+            "result": out}
+
+
+def run_variant(worker, batch: Batch, fused: bool, micro_batch: int, args, n_params: int) -> Dict[str, Any]:
+    forward_module.FUSED_BY_DEFAULT = fused
+    worker.cfg.actor.micro_batch_size_per_worker = micro_batch
+    tokens = float(batch["attention_mask"].sum())
+    start = time.perf_counter()
+
+    timed(lambda: worker.compute_log_probs(batch), 1)  # warm-up (and compile)
+    lp_run = timed(lambda: worker.compute_log_probs(batch), args.steps)
+    old = lp_run.pop("result")
+    lp_run["tokens_per_s"] = tokens / lp_run["mean_s"]
+    lp_run["mfu"] = 2 * n_params * lp_run["tokens_per_s"] / H200_BF16_DENSE_FLOPS
+    train_batch = batch.union(Batch({"old_log_probs": old["old_log_probs"]}))
+
+    warm = timed(lambda: worker.update_actor(train_batch), args.warmup)
+    upd = timed(lambda: worker.update_actor(train_batch), args.steps)
+    metrics = upd.pop("result")
+    upd["tokens_per_s"] = tokens / upd["mean_s"]
+    upd["mfu"] = 6 * n_params * upd["tokens_per_s"] / H200_BF16_DENSE_FLOPS
+    out = {"micro_batch": micro_batch, "fused": fused, "tokens": tokens,
+           "update": upd, "update_warmup_s": warm["seconds"], "old_log_probs": lp_run,
+           "actor_metrics": {k: float(v) for k, v in metrics.items()}, "variant_wall_s": time.perf_counter() - start}
+    mask = batch["response_mask"].bool()
+    out["old_log_probs_mean"] = float(old["old_log_probs"][mask].mean())
+    out["entropy_mean"] = float(old["entropy"][mask].mean())
+    return out
+
+
+def path_check(worker, batch: Batch, rows: int) -> Dict[str, float]:
+    """Fused vs full-logits log-probs and entropy of the same ``rows`` rows with the same weights (no grad)."""
+    mb = batch.select(range(rows)).to(worker.device)
+    args = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"])
+    worker.actor.eval()
+    with torch.no_grad():
+        lp0, ent0 = forward_module.response_log_probs(worker.actor, *args, with_entropy=True, fused=False)
+        lp1, ent1 = forward_module.response_log_probs(worker.actor, *args, with_entropy=True, fused=True)
+    return {"log_prob_max_abs_diff": float((lp0 - lp1).abs().max()),
+            "log_prob_mean_abs_diff": float((lp0 - lp1).abs().mean()),
+            "entropy_max_abs_diff": float((ent0 - ent1).abs().max()), "rows": rows}
+
+
+def profile_update(worker, batch: Batch, rows: int) -> Dict[str, Any]:
+    """torch.profiler over forward + backward of one micro-batch on the default (fused) path: the top operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mb = batch.select(range(rows)).to(worker.device)
+    args = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"])
+    on_gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    worker.actor.train()
+    forward_module.response_log_probs(worker.actor, *args, fused=True)[0].sum().backward()  # warm
+    worker.optimizer.zero_grad(set_to_none=True)
+    _sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        lp, _ = forward_module.response_log_probs(worker.actor, *args, fused=True)
+        (lp * mb["response_mask"]).sum().backward()
+        _sync()
+        seconds = time.perf_counter() - start
+    worker.optimizer.zero_grad(set_to_none=True)
+    sort_key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
+    return {"rows": rows, "seconds": seconds,
+            "top_ops": prof.key_averages().table(sort_by=sort_key, row_limit=25, max_name_column_width=60)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    p.add_argument("--rows", type=int, default=None, help="rows in the update batch (default 64; tiny: 16)")
+    p.add_argument("--prompt-len", type=int, default=None, help="default 256 (tiny: 32)")
+    p.add_argument("--response-len", type=int, default=None, help="default 1024 (tiny: 96)")
+    p.add_argument("--micro-batches", default="8,16", help="comma-separated micro-batch sizes (rows)")
+    p.add_argument("--variants", default=",".join(PATHS), help=f"comma-separated, from {', '.join(PATHS)}")
+    p.add_argument("--warmup", type=int, default=1, help="untimed updates per variant")
+    p.add_argument("--steps", type=int, default=2, help="timed updates (and no-grad passes) per variant")
+    p.add_argument("--profile", type=lambda s: s.lower() == "true", default=True,
+                   help="profile one fused micro-batch forward + backward (top operators)")
+    p.add_argument("--deadline-s", type=float, default=220.0, help="skip variants that would end after this")
+    p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    tiny = args.shape == "tiny"
+    args.rows = args.rows or (16 if tiny else 64)
+    args.prompt_len = args.prompt_len or (32 if tiny else 256)
+    args.response_len = args.response_len or (96 if tiny else 1024)
+
+    on_gpu = torch.cuda.is_available()
+    wall_start = time.perf_counter()
+    n_params = parameter_count(args.shape)
+    result: Dict[str, Any] = {
+        "benchmark": "gpu_update_mfu", "status": "running", "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0) if on_gpu else None, "cpus": os.cpu_count()},
+        "params": n_params, "target_update_mfu": 0.40, "variants": {}, "skipped": [],
+        "notes": ["tokens count prompt + response tokens of every row (as gpu_grpo_step.py); MFU = 6 x params x "
+                  "tokens/s / 989e12 for the update, 2 x params for the no-grad log-prob pass",
+                  "update = micro-batch forward + PPO-clip loss + backward over the batch, grad clip, one AdamW step",
+                  "peak_allocated_gib: torch's allocator peak during the timed calls (the hf engine's bf16 copy "
+                  "of the weights included)"],
+    }
+    micro_batches = [int(x) for x in args.micro_batches.split(",") if x]
+    variants = [v for v in args.variants.split(",") if v]
+    worker = None
+    worker_compiled: Optional[bool] = None
+    try:
+        t0 = time.perf_counter()
+        model_dir = write_random_model(args.shape, args.model_dir / args.shape)
+        result["setup_s"] = {"write_model": time.perf_counter() - t0}
+        vocab = int(SHAPES[args.shape]["vocab_size"])
+        batch = synthetic_batch(args, vocab)
+        write(args.out, result)
+        last_variant_s = 0.0
+        for name in variants:
+            fused, compile_layers = PATHS[name]
+            for mb in micro_batches:
+                key = f"{name}_mb{mb}"
+                elapsed = time.perf_counter() - wall_start
+                if elapsed + 1.2 * last_variant_s > args.deadline_s:
+                    result["skipped"].append(key)
+                    print(f"skip {key}: {elapsed:.0f} s elapsed, deadline {args.deadline_s:.0f} s", flush=True)
+                    continue
+                if worker_compiled is not compile_layers:
+                    if worker is not None and args.profile and "profile" not in result and not worker_compiled:
+                        result["profile"] = profile_update(worker, batch, micro_batches[0])
+                    worker = None
+                    gc.collect()
+                    if on_gpu:
+                        torch.cuda.empty_cache()
+                    t0 = time.perf_counter()
+                    worker = make_worker(model_dir, args, compile_layers, on_gpu)
+                    worker_compiled = compile_layers
+                    result["setup_s"][f"worker_init_compile={compile_layers}"] = time.perf_counter() - t0
+                    if "path_check" not in result:
+                        result["path_check"] = path_check(worker, batch, min(micro_batches[0], args.rows))
+                t0 = time.perf_counter()
+                out = run_variant(worker, batch, fused, mb, args, n_params)
+                last_variant_s = time.perf_counter() - t0
+                result["variants"][key] = out
+                print(f"{key}: update {out['update']['mean_s']:.3f} s, {out['update']['tokens_per_s']:.0f} tok/s, "
+                      f"MFU {out['update']['mfu']:.3f}, peak {out['update']['peak_allocated_gib']} GiB; "
+                      f"old log-probs {out['old_log_probs']['mean_s']:.3f} s (MFU {out['old_log_probs']['mfu']:.3f})"
+                      f"; warm-up {out['update_warmup_s']}", flush=True)
+                write(args.out, result)
+        if worker is not None and args.profile and "profile" not in result and not worker_compiled:
+            result["profile"] = profile_update(worker, batch, micro_batches[0])
+        result["imported_vllm_or_ray"] = sorted({m.split(".")[0] for m in sys.modules} & {"vllm", "ray"})
+        result["status"] = "ok"
+    except Exception:
+        result["status"] = "failed"
+        result["error"] = traceback.format_exc()
+        print(result["error"], flush=True)
+    finally:
+        forward_module.FUSED_BY_DEFAULT = True
+        result["wall_s"] = time.perf_counter() - wall_start
+        best = {k: v["update"]["mfu"] for k, v in result["variants"].items()}
+        result["update_mfu_by_variant"] = best
+        write(args.out, result)
+        print("SUMMARY " + json.dumps({"update_mfu": best, "path_check": result.get("path_check"),
+                                       "skipped": result["skipped"], "wall_s": result["wall_s"]}), flush=True)
+        if "profile" in result:
+            print(result["profile"]["top_ops"][:4000], flush=True)
+        print(f"wrote {args.out} ({result['status']})", flush=True)
+    sys.exit(0 if result["status"] == "ok" else 1)
+
+
+if __name__ == "__main__":
+    main()
