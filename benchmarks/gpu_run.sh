@@ -10,6 +10,7 @@
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
 #   benchmarks/gpu_run.sh learn SECONDS   base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
 #                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*
+#   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
 #
@@ -30,10 +31,10 @@ setup_base() {
     tar -C "$SITE" -xJf .carry/ray/ray-core.tar.xz
     touch "$SITE/.ray-ok"
   fi
-  if [ ! -f "$SITE/.whl-ok" ]; then
+  if [ ! -f "$SITE/.base-whl-ok" ]; then  # (setup_wheels' .whl-ok covers .carry/whl alone)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
       .carry/whl/*.whl $(ls .lc/whl/*.whl .carry/ray/whl/*.whl 2>/dev/null)
-    touch "$SITE/.whl-ok"
+    touch "$SITE/.base-whl-ok"
   fi
   # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
   for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
@@ -122,6 +123,15 @@ case $cmd in
     setup
     python3 benchmarks/gpu_anchors.py --out "$OUT/gpu_anchors.json" --step-json /tmp/gpu_grpo_step.json "$@" 2>&1 | tee "$OUT/gpu_anchors.log" \
       | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " ;;
+  trl)
+    # TRL's GRPOTrainer anchor (benchmarks/gpu_trl_anchor.py); carry .trl (trl, datasets, multiprocess, dill wheels)
+    setup
+    if [ ! -f /tmp/trlsite/.ok ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/trlsite .trl/whl/*.whl
+      touch /tmp/trlsite/.ok
+    fi
+    python3 benchmarks/gpu_trl_anchor.py --trl-site /tmp/trlsite --out "$OUT/gpu_trl_anchor.json" "$@" 2>&1 \
+      | tee "$OUT/gpu_trl_anchor.log" | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " ;;
   mfu)
     setup_wheels
     python3 benchmarks/gpu_update_mfu.py --out "$OUT/gpu_update_mfu.json" "$@" 2>&1 | tee "$OUT/gpu_update_mfu.log" ;;

@@ -48,6 +48,8 @@ from reasonrl.config import load_config, to_dict  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
+from reasonrl.workers.fsdp import (offload_fsdp_model, offload_optimizer, onload_fsdp_model,  # noqa: E402
+                                   onload_optimizer)
 
 H200_BF16_DENSE_FLOPS = 989e12
 GIB = float(1 << 30)
@@ -187,6 +189,25 @@ def profile_update(worker, batch: Batch, rows: int) -> Dict[str, Any]:
             "top_ops": prof.key_averages().table(sort_by=sort_key, row_limit=25, max_name_column_width=60)}
 
 
+def offload_round_trip(worker, repeats: int = 2) -> Dict[str, Any]:
+    """Seconds to move the actor's shards (+ gradients) and its AdamW state to pinned CPU memory and back, as
+    ``actor.offload_params`` / ``actor.offload_optimizer`` do each step, and the device memory the offload frees."""
+    def allocated() -> Optional[float]:
+        return round(torch.cuda.memory_allocated() / GIB, 2) if torch.cuda.is_available() else None
+
+    device = worker.device
+    rounds = []
+    for _ in range(repeats):
+        before = allocated()
+        off_params, off_optim = offload_fsdp_model(worker.actor), offload_optimizer(worker.optimizer)
+        during = allocated()
+        on_params, on_optim = onload_fsdp_model(worker.actor, device), onload_optimizer(worker.optimizer, device)
+        rounds.append({"offload_params_s": off_params, "offload_optimizer_s": off_optim, "onload_params_s": on_params,
+                       "onload_optimizer_s": on_optim, "allocated_gib_before": before,
+                       "allocated_gib_offloaded": during, "allocated_gib_after": allocated()})
+    return {"rounds": rounds, "last": rounds[-1]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
@@ -246,6 +267,9 @@ def main() -> None:
                 if worker_compiled is not compile_layers:
                     if worker is not None and args.profile and "profile" not in result and not worker_compiled:
                         result["profile"] = profile_update(worker, batch, micro_batches[0])
+                    if worker is not None and "offload" not in result:
+                        result["offload"] = offload_round_trip(worker)
+                        print("offload " + json.dumps(result["offload"]["last"]), flush=True)
                     worker = None
                     gc.collect()
                     if on_gpu:
@@ -267,6 +291,8 @@ def main() -> None:
                 write(args.out, result)
         if worker is not None and args.profile and "profile" not in result and not worker_compiled:
             result["profile"] = profile_update(worker, batch, micro_batches[0])
+        if worker is not None and "offload" not in result:
+            result["offload"] = offload_round_trip(worker)
         result["imported_vllm_or_ray"] = sorted({m.split(".")[0] for m in sys.modules} & {"vllm", "ray"})
         result["status"] = "ok"
     except Exception:
