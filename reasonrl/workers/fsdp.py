@@ -100,8 +100,9 @@ def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_
         out = _moved(local, device, pin_memory, always_copy)
         if out is local:
             return tensor
-        return DTensor.from_local(out, tensor.device_mesh, tensor.placements, run_check=False, shape=tensor.shape,
-                                  stride=tensor.stride())
+        # Not DTensor.from_local: it moves a local tensor to the mesh's device type (a CUDA mesh would pull the
+        # offloaded shard straight back to the GPU). The same spec (mesh, placements, shape, stride, dtype) fits.
+        return DTensor(out, tensor._spec, requires_grad=tensor.requires_grad)
     if tensor.device == device and not always_copy:
         return tensor
     if device.type == "cpu" and tensor.device.type != "cpu" and pin_memory:
