@@ -119,6 +119,17 @@ def test_greedy_length_and_stop_tokens(engine, tokenizer):
     assert stopped.finish_reason == "stop" and stopped.token_ids == tokens[:cut + 1]
 
 
+def test_logprobs_off_returns_none_and_the_same_tokens(engine, tokenizer):
+    """``SamplingParams.logprobs=False`` (validation, eval, training without TIS): no per-token log-probs come
+    back, and greedy decoding gives the same tokens as with them."""
+    prompt = _prompt(tokenizer, "Name a colour.")
+    with_lp = engine.generate([prompt], SamplingParams(n=1, temperature=0.0, max_new_tokens=6, ignore_eos=True))[0][0]
+    without = engine.generate([prompt], SamplingParams(n=1, temperature=0.0, max_new_tokens=6, ignore_eos=True,
+                                                       logprobs=False))[0][0]
+    assert len(with_lp.logprobs) == 6 and without.logprobs == []
+    assert without.token_ids == with_lp.token_ids and without.text == with_lp.text
+
+
 def test_bad_input_gives_clear_errors(engine, tokenizer):
     assert engine.generate([], SamplingParams()) == []
     with pytest.raises(ValueError, match="empty"):

@@ -121,6 +121,8 @@ def validate(cfg: Config) -> None:
          "algorithm.loss_agg_mode", "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm")
     need(cfg.algorithm.kl_estimator in ("k1", "k2", "k3"), "algorithm.kl_estimator", "must be k1, k2 or k3")
     need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
+    need(not (cfg.algorithm.tis_mode != "off" and cfg.rollout.logprobs is False), "rollout.logprobs",
+         f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

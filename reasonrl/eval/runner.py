@@ -183,7 +183,8 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     from reasonrl.rollout import SamplingParams, make_rollout_engine
 
     e = cfg.eval
-    sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens)
+    sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens,
+                              logprobs=False)
     engine = pool = bar = None
     try:
         device = _device(cfg)

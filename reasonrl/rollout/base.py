@@ -27,6 +27,10 @@ class SamplingParams:
     """Generate exactly ``max_new_tokens`` (benchmarks)."""
     seed: Optional[int] = None
     """Seed for this call (engines that cannot seed per call seed at start-up instead)."""
+    logprobs: bool = True
+    """Return each sampled token's log-prob (``Completion.logprobs``; empty when off). Asking vLLM for them
+    halved its throughput on an H200 (benchmarks/results/gpu_anchors.json), so callers that do not use them
+    (validation, evaluation, training without TIS) turn them off."""
 
 
 @dataclass
@@ -38,7 +42,8 @@ class Completion:
     text: str
     """Decoded response text (special tokens skipped)."""
     logprobs: List[float]
-    """Log-probability of each generated token under the sampling distribution's model (before temperature)."""
+    """Log-probability of each generated token under the sampling distribution's model (before temperature);
+    empty when the call asked for none (``SamplingParams.logprobs``)."""
     finish_reason: str
     """"stop" (EOS or a stop token) or "length" (hit ``max_new_tokens``)."""
 

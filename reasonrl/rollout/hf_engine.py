@@ -44,7 +44,7 @@ class HFRolloutEngine:
             attention[i, width - len(p):] = 1
         greedy = sampling.temperature <= 0
         kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_new_tokens,
-                      num_return_sequences=sampling.n, pad_token_id=pad,
+                      num_return_sequences=1 if greedy else sampling.n, pad_token_id=pad,
                       eos_token_id=stop_ids or None, return_dict_in_generate=False)
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
@@ -53,6 +53,8 @@ class HFRolloutEngine:
             kwargs.update(min_new_tokens=sampling.max_new_tokens)
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                   **kwargs).cpu()
+        if greedy and sampling.n > 1:  # greedy samples are identical: decode once (transformers refuses n > 1)
+            out = out.repeat_interleave(sampling.n, dim=0)
         gen = out[:, width:]
         prompts = [p for p in prompt_token_ids for _ in range(sampling.n)]
         token_lists, reasons = [], []
@@ -64,7 +66,7 @@ class HFRolloutEngine:
                     break
             token_lists.append(row[:cut])
             reasons.append(reason)
-        logprobs = self.sequence_logprobs(prompts, token_lists)
+        logprobs = self.sequence_logprobs(prompts, token_lists) if sampling.logprobs else [[] for _ in token_lists]
         completions = [Completion(t, self.tokenizer.decode(t, skip_special_tokens=True), lp, r)
                        for t, lp, r in zip(token_lists, logprobs, reasons)]
         return [completions[i * sampling.n:(i + 1) * sampling.n] for i in range(len(prompt_token_ids))]

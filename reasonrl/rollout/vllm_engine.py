@@ -183,14 +183,15 @@ class VLLMRolloutEngine:
         return VSamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
                                top_k=sampling.top_k if sampling.top_k > 0 else -1,
                                max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids),
-                               ignore_eos=sampling.ignore_eos, logprobs=0, skip_special_tokens=True)
+                               ignore_eos=sampling.ignore_eos, logprobs=0 if sampling.logprobs else None,
+                               skip_special_tokens=True)
 
     @staticmethod
     def _completion(out) -> Completion:
         token_ids = list(out.token_ids)
         # logprobs=0 returns, per position, a dict holding just the sampled token (raw log-probs: before
         # temperature / top-p / top-k).
-        logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs, token_ids)]
+        logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs or [], token_ids)]
         reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
         return Completion(token_ids=token_ids, text=out.text, logprobs=logprobs, finish_reason=reason)
 

@@ -63,6 +63,14 @@ def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
     ]
 
 
+def rollout_logprobs_wanted(cfg: Config) -> bool:
+    """Whether training rollouts ask the engine for log-probs (``rollout.logprobs``; None: only when TIS or the
+    weight-sync check uses them)."""
+    if cfg.rollout.logprobs is not None:
+        return bool(cfg.rollout.logprobs)
+    return cfg.algorithm.tis_mode != "off" or cfg.rollout.check_weight_sync
+
+
 def offload_enabled(cfg: Config) -> bool:
     return any((cfg.actor.offload_params, cfg.actor.offload_optimizer, cfg.ref.offload_params,
                 cfg.critic.offload_params, cfg.critic.offload_optimizer))
@@ -154,9 +162,9 @@ class Trainer:
         r = self.cfg.rollout
         if validation:
             return {"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,
-                    "max_new_tokens": r.max_new_tokens}
+                    "max_new_tokens": r.max_new_tokens, "logprobs": False}
         return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-                "max_new_tokens": r.max_new_tokens}
+                "max_new_tokens": r.max_new_tokens, "logprobs": rollout_logprobs_wanted(self.cfg)}
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
@@ -217,7 +225,8 @@ class Trainer:
                     batch = batch.union(self.critic.compute_values(batch))
             mask = batch["response_mask"]
             metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
-            metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+            if rollout_logprobs_wanted(cfg):
+                metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
             with timer("advantages"):
                 token_rewards = None
                 if alg.kl_in_reward:
