@@ -282,7 +282,7 @@ class Recorder:
 def grpo_step(group, prompts: List[List[int]], args, pad_id: int, rec: Recorder, rng: random.Random) -> Dict[str, Any]:
     """One step in ``Trainer.train_step``'s order; returns the batch's facts (tokens, a sample for checks)."""
     sampling = {"n": args.n, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": args.response_len,
-                "ignore_eos": True}
+                "ignore_eos": True, "logprobs": args.rollout_logprobs}
     step_start = time.perf_counter()
     gen = rec.phase("rollout", lambda: group.generate(Batch(meta={"prompt_ids": prompts}), sampling))
     scores = rec.phase("verify", lambda: torch.tensor([rng.random() for _ in range(len(gen))]))
@@ -305,8 +305,10 @@ def grpo_step(group, prompts: List[List[int]], args, pad_id: int, rec: Recorder,
     return {"step_s": step_s, "response_tokens": float(batch["response_mask"].sum()),
             "all_tokens": float(batch["attention_mask"].sum()), "sync_bytes": sync.get("bytes"),
             "response_length_min": int(batch["response_mask"].sum(-1).min()),
-            "rollout_vs_actor_logprob_mean_abs_diff": float(mismatch.sum() / batch["response_mask"].sum()),
+            "rollout_vs_actor_logprob_mean_abs_diff": (float(mismatch.sum() / batch["response_mask"].sum())
+                                                       if args.rollout_logprobs else None),
             "actor_metrics": {k: float(v) for k, v in metrics.items()},
+            "offload_timing_s": group.pop_offload_timing()[0],  # empty unless --set actor.offload_*=true
             "sample": (gen["prompt_ids"][0], gen["response_ids"][0]), "batch": batch}
 
 
@@ -328,7 +330,7 @@ def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int) -> Dict[
         "response_tokens": facts["response_tokens"], "all_tokens": facts["all_tokens"],
         "response_length_min": facts["response_length_min"], "weight_sync_bytes": facts["sync_bytes"],
         "rollout_vs_actor_logprob_mean_abs_diff": facts["rollout_vs_actor_logprob_mean_abs_diff"],
-        "actor_metrics": facts["actor_metrics"],
+        "actor_metrics": facts["actor_metrics"], "offload_timing_s": facts["offload_timing_s"],
     }
 
 
@@ -358,7 +360,7 @@ def config_overrides(args, model_dir: Path, on_gpu: bool) -> List[str]:
         f"rollout.kv_cache_gb={args.kv_cache_gb}",
         f"actor.micro_batch_size_per_worker={args.micro_batch}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         "actor.lr=1e-6", "algorithm.use_kl_loss=true", "trainer.profile=none", "trainer.resume=never",
-        f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1",
+        f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1", *args.set,
     ]
 
 
@@ -383,6 +385,10 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=8, help="actor.micro_batch_size_per_worker (rows)")
     p.add_argument("--mini-batch", type=int, default=0, help="actor.ppo_mini_batch_size (prompts; 0: whole batch)")
     p.add_argument("--gradient-checkpointing", type=lambda s: s.lower() == "true", default=False)
+    p.add_argument("--rollout-logprobs", type=lambda s: s.lower() == "true", default=True,
+                   help="ask vLLM for the sampled tokens' log-probs (the trainer does only for TIS / the sync check)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="more config overrides, e.g. --set actor.compile=true --set actor.offload_optimizer=true")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--enforce-eager", type=lambda s: s.lower() == "true", default=False)
     p.add_argument("--kv-cache-gb", type=float, default=1.0, help="vLLM KV cache on CPU (smoke test only)")
