@@ -77,6 +77,8 @@ def kill_uid(uid):
     return os.waitstatus_to_exitcode(status) == 0
 
 
+# wait_for and reap repeat sandboxes/common.py's on purpose: this file runs alone, as source text, inside the
+# container (standard library only), so it cannot import the package.
 def wait_for(proc, timeout):
     """Wait for a Popen child up to ``timeout`` seconds, woken by a pidfd (Popen.wait polls with sleeps of up to
     50 ms); return (exit code as Popen reports it, CPU seconds used by the child and its reaped descendants)."""
