@@ -108,7 +108,8 @@ class ActorConfig:
     the update and checkpointing; no effect on a CPU worker."""
     compile: bool = False
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
-    updates once compiled; the first steps pay the compile time, and a new sequence length recompiles once."""
+    updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once
+    (with dynamic shapes)."""
 
 
 @dataclass
