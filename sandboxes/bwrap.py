@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .base import ExecResult, FileMap, Limits, SandboxError, SandboxUnavailable
 from .common import (MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, prlimit_args,
-                     read_head, reap, wait_for)
+                     read_back_files, read_head, reap, wait_for)
 from .image import SETUP_HINT, rootfs_dir
 
 USER_PREFIX = os.environ.get("REASONRL_SANDBOX_USER", "reasonrl-sbx")
@@ -214,7 +214,7 @@ class BwrapSandbox:
                             timed_out=timed_out or flags["cpu_limit"], wall_s=wall, oom_killed=flags["oom_killed"],
                             pids_limit_hit=flags["pids_limit_hit"], truncated=cut_out or cut_err)
         if work_bind:
-            result.files = _read_back(work_bind, read_back, limits.file_size_mb * MiB)
+            result.files = read_back_files(work_bind, read_back, limits.file_size_mb * MiB)
         return result
 
     def _host_work_dir(self, files: Dict[str, bytes], uid: int, gid: int) -> str:
@@ -234,26 +234,6 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Nothing is held between runs."""
-
-
-def _read_back(root: str, paths: Sequence[str], limit: int) -> Dict[str, bytes]:
-    """Read files the program left, refusing symlinks or anything that resolves outside ``root``."""
-    out: Dict[str, bytes] = {}
-    real_root = os.path.realpath(root)
-    for path in paths:
-        full = os.path.join(root, path)
-        if os.path.commonpath([os.path.realpath(full), real_root]) != real_root:
-            continue
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if os.path.stat.S_ISREG(os.fstat(fd).st_mode):
-                out[path] = os.read(fd, limit)
-        finally:
-            os.close(fd)
-    return out
 
 
 _USABLE: Optional[Tuple[bool, str]] = None

@@ -6,7 +6,7 @@ import posixpath
 import resource
 import select
 import subprocess
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from .base import FileMap, Limits, SandboxError
 
@@ -118,3 +118,23 @@ def reap(proc):
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def read_back_files(root: str, paths: Sequence[str], limit: int) -> Dict[str, bytes]:
+    """Read files the program left, refusing symlinks or anything that resolves outside ``root``."""
+    out: Dict[str, bytes] = {}
+    real_root = os.path.realpath(root)
+    for path in paths:
+        full = os.path.join(root, path)
+        if os.path.commonpath([os.path.realpath(full), real_root]) != real_root:
+            continue
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if os.path.stat.S_ISREG(os.fstat(fd).st_mode):
+                out[path] = os.read(fd, limit)
+        finally:
+            os.close(fd)
+    return out

@@ -15,8 +15,8 @@ import time
 from typing import List, Optional, Sequence, Union
 
 from .base import ExecResult, FileMap, Limits, SandboxError
-from .bwrap import _read_back
-from .common import MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, read_head, reap, wait_for
+from .common import (MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, read_back_files,
+                     read_head, reap, wait_for)
 
 
 class SubprocessSandbox:
@@ -63,7 +63,7 @@ class SubprocessSandbox:
             return ExecResult(exit_code=returncode, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
                               oom_killed=flags["oom_killed"], pids_limit_hit=flags["pids_limit_hit"],
                               truncated=cut_out or cut_err,
-                              files=_read_back(work, read_back, limits.file_size_mb * MiB) if read_back else {})
+                              files=read_back_files(work, read_back, limits.file_size_mb * MiB) if read_back else {})
         finally:
             for fd in fds:
                 os.close(fd)
