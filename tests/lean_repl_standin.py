@@ -116,7 +116,7 @@ def elaborate(env, code, out):
             continue
         m = re.match(r"(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(theorem|lemma|example)\s*([^\s(\[{:]*)", body)
         if not m:
-            out["messages"].append(msg("error", line, f"unexpected token; expected command"))
+            out["messages"].append(msg("error", line, "unexpected token; expected command"))
             continue
         name = m.group(2) if m.group(1) != "example" else "_example"
         if ":=" not in body:

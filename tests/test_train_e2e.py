@@ -84,7 +84,6 @@ def test_two_workers_match_one_worker(model_path):
 
     from reasonrl.config import load_config, to_dict
     from reasonrl.controller import WorkerGroup, start_ray
-    from reasonrl.data import Batch
     from reasonrl.data.collate import collate_rollout
     from reasonrl.models import load_tokenizer
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
