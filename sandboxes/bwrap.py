@@ -6,12 +6,14 @@ so concurrent runs must not share one), then ``prlimit ... bwrap ... -- command`
 * ``--unshare-all`` (user, pid, net, ipc, uts, cgroup namespaces: no network at all), ``--die-with-parent``,
   ``--new-session``, ``--as-pid-1``: the command itself is pid 1 of its namespace, so no helper process holds
   its stdin where the program could read it through /proc, the kernel shields it from signals sent from inside
-  (a program cannot kill its harness), orphans are re-parented to it, and when it exits the kernel kills
-  everything left in the namespace (so zombies live at most as long as the run);
+  (the code harness therefore runs its judge as a child, so that an attack on the judge is seen and scores 0,
+  as under Docker), orphans are re-parented to it, and when it exits the kernel kills everything left in the
+  namespace (so zombies live at most as long as the run);
 * a read-only root that holds only the interpreter: the debootstrap tree built by ``.ci/setup_sandboxes.sh``
   when present, else the host's ``/usr`` (no ``/etc``, ``/home``, ``/root``, ``/tmp`` of the host);
 * a size-limited tmpfs ``/work`` holding only the given files (copied in through memfds);
-* rlimits on CPU seconds, address space, processes, file size, open files; a wall-clock kill from outside.
+* rlimits on CPU seconds, address space, processes, file size, open files; a wall-clock kill from outside,
+  aimed at the namespace's PID 1, that returns only once every process of the run is gone.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ SLOT_DIR = "/run/reasonrl-bwrap"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/work", "LANG": "C.UTF-8",
        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 OVERHEAD_PROCS = 1  # the bwrap process outside the namespaces (prlimit execs into it)
+KILL_GRACE_S = 30.0  # after SIGKILL to the sandbox's PID 1, how long bwrap may take to follow before it is killed too
 
 
 class UidSlots:
@@ -199,11 +202,7 @@ class BwrapSandbox:
             returncode, cpu = wait_for(proc, limits.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            returncode, cpu = reap(proc)
+            returncode, cpu = _kill_sandbox(proc)
         wall = time.monotonic() - start
         stdout, cut_out = read_head(out_fd, limits.output_bytes)
         stderr, cut_err = read_head(err_fd, limits.output_bytes)
@@ -234,6 +233,54 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Nothing is held between runs."""
+
+
+def _namespace_init(bwrap_pid: int) -> Optional[int]:
+    """A pidfd for the sandbox's PID 1 (the child of the outer bwrap process), or None if there is none (yet)."""
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return None
+    for child in children:
+        try:
+            fd = os.pidfd_open(child)
+        except OSError:
+            continue
+        try:  # the pidfd names the right process only if that pid is still bwrap's child now that we hold it
+            with open(f"/proc/{child}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == bwrap_pid:
+                    return fd
+        except (OSError, ValueError, IndexError):
+            pass
+        os.close(fd)
+    return None
+
+
+def _kill_sandbox(proc: subprocess.Popen) -> Tuple[int, float]:
+    """SIGKILL a run past its time and return only once nothing of it is left.
+
+    The sandbox's PID 1 is in a session of its own (``--new-session``), so killing bwrap's process group does
+    not reach it: it would die later, through ``--die-with-parent``, while the uid slot is already handed to the
+    next run. So kill PID 1 itself; the kernel kills and reaps everything else in its pid namespace before PID 1
+    is reported dead, and bwrap exits right after its child. Then reap bwrap (exit code, CPU seconds)."""
+    init = _namespace_init(proc.pid)
+    if init is not None:
+        try:
+            signal.pidfd_send_signal(init, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(init)
+        try:
+            return wait_for(proc, KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # no PID 1 yet (bwrap still setting up), or bwrap did not follow its child
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return reap(proc)
 
 
 _USABLE: Optional[Tuple[bool, str]] = None

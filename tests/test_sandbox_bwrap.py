@@ -146,6 +146,15 @@ def test_background_processes_do_not_outlive_the_run(box):
     assert not processes_of(sandbox_uids())
 
 
+def test_a_run_killed_at_its_time_limit_leaves_no_process(box):
+    # PID 1 of the sandbox is in its own session; killing only bwrap's group left it (and the sleeps) to die later
+    # through --die-with-parent, after run() had returned and the uid slot was free for the next run
+    res = run_py(box, "import subprocess, time\nfor _ in range(5):\n    subprocess.Popen(['sleep', '300'])\n"
+                      "time.sleep(300)", Limits(timeout_s=1))
+    assert res.timed_out and res.exit_code != 0
+    assert not processes_of(sandbox_uids())
+
+
 def test_read_back_returns_files_but_no_symlinked_host_files(box):
     res = box.run({"main.py": "import os\nopen('out.txt', 'w').write('result')\nos.symlink('/etc/passwd', 'leak')"},
                   ["python3", "main.py"], read_back=["out.txt", "leak", "missing"])
