@@ -173,3 +173,59 @@ def test_attack_scores_zero_and_leaves_everything_healthy(backend, attack, liste
     # and the next call works
     good = v.verify(fenced("def add(a, b):\n    return a + b"), ADD)
     assert good.score == 1.0, good.info
+
+
+# Attacks on the harness that then answer right: the policy is that an attack scores 0 anyway, on every backend.
+# (Under bwrap the harness starts as PID 1 of its namespace, which the kernel shields from signals sent from
+# inside; before the judge ran as its child these programs scored 1 there and 0 under Docker.)
+RIGHT_ADD = "def add(a, b):\n    return a + b"
+HARNESS_ATTACKS = {
+    # program, the reason the verifier must give
+    "sigkill_the_judge_at_import": ("import os\nos.kill(os.getppid(), 9)\n" + RIGHT_ADD, "killed by signal 9"),
+    "sigkill_the_judge_in_the_last_call": (
+        "import os\ncalls = []\ndef add(a, b):\n    calls.append(1)\n    if len(calls) == 3:\n"
+        "        os.kill(os.getppid(), 9)\n    return a + b", "killed by signal 9"),
+    "sigkill_everything_it_can": ("import os\ndef add(a, b):\n    try:\n        os.kill(-1, 9)\n    except OSError:\n"
+                                  "        pass\n    return a + b", "killed by signal 9"),
+    "sigterm_the_judge": ("import os\nos.kill(os.getppid(), 15)\n" + RIGHT_ADD, "killed by signal 15"),
+    # a KeyboardInterrupt in the judge would fail only the test it interrupted: 2/3 without the policy
+    "sigint_the_judge_in_the_first_call": (
+        "import os\ncalls = []\ndef add(a, b):\n    calls.append(1)\n    if len(calls) == 1:\n"
+        "        os.kill(os.getppid(), 2)\n    return a + b", "killed by signal 2"),
+    "sigstop_the_judge": ("import os\nos.kill(os.getppid(), 19)\n" + RIGHT_ADD, "time limit"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attack", sorted(HARNESS_ATTACKS))
+def test_a_program_that_attacks_the_harness_scores_zero_even_with_right_answers(backend, attack):
+    program, reason = HARNESS_ATTACKS[attack]
+    v = get_verifier("code", sandbox=backend, timeout_s=4)
+    result = v.verify(fenced(program), ADD)
+    assert result.score == 0.0 and not result.correct, result.info
+    assert reason in result.info["reason"], result.info
+    if backend == "bwrap":
+        assert not sandbox_uid_processes()
+    # the same program without the attack passes: the zero comes from the attack alone
+    assert v.verify(fenced(RIGHT_ADD), ADD).score == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_killed_after_its_verdict_scores_zero(backend, monkeypatch):
+    """A process of the program that outlives it (its own session) could kill the judge just after the verdict is
+    written; no program can time that reliably, so the harness command is wrapped to do it: run the real harness,
+    then SIGKILL the wrapper (as PID 1 of bwrap's namespace, where the kernel drops that signal, exit 128 + 9 the
+    way the PID-1 warden reports a killed judge). The verdict on stdout says all tests passed; it must not count."""
+    from reasonrl.verifiers import code
+
+    def wrapped(then):
+        return ["python3", "-I", "-S", "-c", "import os, subprocess, sys\n"
+                f"subprocess.run({code.HARNESS_COMMAND!r})\nsys.stdout.flush()\n{then}\n"]
+
+    v = get_verifier("code", sandbox=backend, timeout_s=4)
+    monkeypatch.setattr(code, "HARNESS_COMMAND", wrapped("os._exit(0)"))
+    assert v.verify(fenced(RIGHT_ADD), ADD).score == 1.0  # the wrapper passes the verdict through
+    monkeypatch.setattr(code, "HARNESS_COMMAND", wrapped("os.kill(os.getpid(), 9)\nos._exit(137)"))
+    result = v.verify(fenced(RIGHT_ADD), ADD)
+    assert result.info["exit_code"] in (-9, 137), result.info
+    assert result.score == 0.0 and "killed by signal 9" in result.info["reason"], result.info

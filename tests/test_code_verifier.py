@@ -145,6 +145,37 @@ def test_exceptions_and_load_errors_are_reported(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_builtin_exception_the_test_expects_reaches_it_as_that_type(backend):
+    # the judge re-raises the program's exception as the built-in type; a TypeError used to be swallowed by the
+    # ``except TypeError`` around that re-raise and reach the test as CandidateError instead
+    tests = {"tests": ["assert add(1, 2) == 3"] + [
+        f"try:\n    add({arg!r}, 1)\nexcept {name}:\n    pass\nelse:\n    raise AssertionError('no {name}')"
+        for arg, name in (("type", "TypeError"), ("value", "ValueError"), ("key", "KeyError"))], "test_imports": []}
+    program = ("def add(a, b):\n    if a == 'type':\n        raise TypeError('not a number')\n"
+               "    if a == 'value':\n        raise ValueError('bad')\n    if a == 'key':\n        raise KeyError(a)\n"
+               "    return a + b")
+    v = get_verifier("code", sandbox=backend)
+    res = v.verify(fenced(program), tests)
+    assert res.score == 1.0 and res.correct, res.info
+    # and a program raising the wrong type still fails that test: ValueError where TypeError is expected
+    res = v.verify(fenced(program.replace("raise TypeError('not a number')", "raise ValueError('x')")), tests)
+    assert res.score == pytest.approx(3 / 4) and res.info["failed"][0]["index"] == 1, res.info
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_program_stopped_by_the_harness_deadline_is_reported_timed_out(backend):
+    v = get_verifier("code", sandbox=backend, timeout_s=3)
+    looping = fenced("def add(a, b):\n    if a == 2:\n        while True:\n            pass\n    return a + b")
+    res = v.verify(looping, ADD_TESTS)  # test 0 passes, test 1 loops until the harness deadline, test 2 is not run
+    assert res.info["timed_out"] is True and res.info["reason"].startswith("test 1 failed: time limit"), res.info
+    assert res.score == pytest.approx(1 / 3)
+    res = v.verify(fenced("while True:\n    pass"), ADD_TESTS)  # at import
+    assert res.info["timed_out"] is True and res.score == 0.0, res.info
+    res = v.verify(fenced("def add(a, b):\n    return a - b"), ADD_TESTS)  # fails fast: no time limit involved
+    assert res.info["timed_out"] is False and res.score == pytest.approx(1 / 3), res.info
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_mbpp_reference_solutions_pass_and_mismatched_ones_fail(backend, mbpp_rows, mbpp_reference):
     v = get_verifier("code", sandbox=backend)
     sample = mbpp_rows[::60]  # 8 problems spread over both splits

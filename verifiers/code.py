@@ -198,11 +198,18 @@ class CodeVerifier(Verifier):
         verdict = read_verdict(result.stdout, secret)
         info: Dict[str, Any] = {"extracted": program[:4000], "total": len(task["tests"]), "sandbox": sandbox.name,
                                 "exit_code": result.exit_code, "timed_out": result.timed_out}
-        if verdict is None:
+        signal = 0 if result.timed_out else killed_by_signal(result.exit_code)
+        if verdict is None or signal:  # a harness killed even after its verdict was attacked: the verdict is void
             info.update(passed=0, stderr=result.stderr[-1000:])
-            info["reason"] = "time limit" if result.timed_out else "no verdict from the test harness"
+            if result.timed_out:
+                info["reason"] = "time limit"
+            elif signal:
+                info["reason"] = f"the test harness was killed by signal {signal} (an attack on the harness scores 0)"
+            else:
+                info["reason"] = "no verdict from the test harness"
             info["verify_s"] = round(time.monotonic() - start, 4)
             return VerifyResult(score=0.0, correct=False, info=info)
+        info["timed_out"] = result.timed_out or verdict.get("timed_out") is True  # the harness's own deadline
         results = verdict.get("results", [])
         passed = sum(1 for r in results if r.get("passed") is True)
         total = len(task["tests"])
@@ -221,6 +228,13 @@ class CodeVerifier(Verifier):
             info["reason"] = f"test {first['index']} failed: {first['error']}"[:300]
         info["verify_s"] = round(time.monotonic() - start, 4)
         return VerifyResult(score=float(score), correct=all_passed, info=info)
+
+
+def killed_by_signal(exit_code: int) -> int:
+    """The signal that ended the harness (Docker reports -N, the bwrap PID-1 warden exits 128+N), else 0."""
+    if exit_code < 0:
+        return -exit_code
+    return exit_code - 128 if 128 < exit_code < 160 else 0
 
 
 def read_verdict(stdout: str, secret: str) -> Optional[Dict[str, Any]]:

@@ -20,11 +20,16 @@ functions) and, after the last test or the deadline, writes exactly one line to 
 
 The candidate cannot write to that stream (it holds no descriptor for it) and cannot end it early: exiting,
 ``sys.exit(0)``, ``os._exit(0)``, printing fake lines, or killing the judge all lead to failed tests or to no
-verdict at all, which the verifier scores as 0.
+verdict at all, which the verifier scores as 0. Policy: a program that attacks the harness scores 0, even if it
+then returns the right answers. Any signal that reaches the judge ends it (SIGINT included), and the judge is
+reachable on every sandbox: where the harness starts as PID 1 of a pid namespace (bwrap), which the kernel
+shields from signals sent from inside, that process only waits and the judge runs as its child
+(:func:`warden_main`).
 
 stdin (JSON): ``secret``, ``kind`` ("asserts": each test is a statement; "check": ``tests[0]`` defines
 ``check(candidate)``), ``tests``, ``imports`` (statements run before the tests), ``entry_point``, ``deadline_s``.
 """
+import _signal
 import builtins
 import os
 import select
@@ -35,6 +40,7 @@ VERDICT_TAG = "@@REASONRL-VERDICT"
 MAX_MESSAGE = 32 << 20  # largest RPC message the judge accepts from the candidate, bytes
 OUTPUT_FILE = "candidate_output.txt"
 REQ_FD, RESP_FD = 3, 4  # the candidate's ends of the two pipes after it rearranges its descriptors
+TIME_LIMIT = "time limit reached"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -195,6 +201,7 @@ def candidate_main(req_fd, resp_fd):
     """Runs in the forked child: load solution.py, then answer calls until the judge closes the pipe."""
     try:
         os.setsid()
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # the program's own SIGINT behaves as usual
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(null, 0)
@@ -281,24 +288,26 @@ class Judge:
     def __init__(self, pid, req_w, resp_r, deadline):
         self.pid, self.req_w, self.resp_r, self.deadline = pid, req_w, resp_r, deadline
         self.gone = None  # reason string once the candidate cannot answer any more
+        self.timed_out = False  # the deadline passed while waiting on the candidate
         os.set_blocking(req_w, False)
 
     def _remaining(self):
         left = self.deadline - time.monotonic()
         if left <= 0:
-            self._give_up("time limit reached")
+            self._give_up(TIME_LIMIT)
         return left
 
     def _give_up(self, reason):
         if self.gone is None:
             self.gone = reason
+            self.timed_out = reason == TIME_LIMIT
         raise CandidateGone(self.gone)
 
     def _recv_exact(self, n):
         chunks = []
         while n:
             if not select.select([self.resp_r], [], [], self._remaining())[0]:
-                self._give_up("time limit reached")
+                self._give_up(TIME_LIMIT)
             chunk = os.read(self.resp_r, min(n, 1 << 20))
             if not chunk:
                 self._give_up("the program's process exited")
@@ -322,7 +331,7 @@ class Judge:
         data = _frame(obj)
         while data:
             if not select.select([], [self.req_w], [], self._remaining())[1]:
-                self._give_up("time limit reached")
+                self._give_up(TIME_LIMIT)
             try:
                 data = data[os.write(self.req_w, data):]
             except BrokenPipeError:
@@ -345,12 +354,14 @@ class Judge:
         if reply[0] == "err" and len(reply) == 4 and all(type(x) is str for x in reply[1:]):
             exc_type = getattr(builtins, reply[1], None)
             message = reply[2]
+            error = None
             if isinstance(exc_type, type) and issubclass(exc_type, Exception) and exc_type.__module__ == "builtins":
                 try:
-                    raise exc_type(message)
-                except TypeError:
-                    pass
-            raise CandidateError(f"{reply[1]}: {message}")
+                    error = exc_type(message)
+                except Exception:  # a type whose constructor wants other arguments (UnicodeDecodeError, ...)
+                    error = None
+            # raised outside the try: a TypeError the program raised must reach the test as a TypeError
+            raise error if error is not None else CandidateError(f"{reply[1]}: {message}")
         self._give_up("the program broke the reply protocol")
 
     def stub(self, name):
@@ -405,6 +416,9 @@ def _describe(exc, source):
 
 def judge_main():
     protected = _make_undumpable()
+    # Python turns SIGINT into KeyboardInterrupt, which a test's ``except BaseException`` would absorb: a program
+    # that signals the judge could then fail one test and pass the rest. Like any other signal, it ends the judge.
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     start = time.monotonic()
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
@@ -479,10 +493,51 @@ def judge_main():
             verdict["output"] = f.read(2000).decode("utf-8", "replace")
     except OSError:
         verdict["output"] = ""
+    verdict["timed_out"] = judge.timed_out
     verdict["elapsed_s"] = round(time.monotonic() - start, 4)
     sys.stdout.write(f"{VERDICT_TAG} {secret} {json_dumps(verdict)}\n")
     sys.stdout.flush()
 
 
+def warden_main():
+    """Run the judge as a child when this process is PID 1 of its pid namespace (bwrap ``--as-pid-1``).
+
+    The kernel drops any signal sent to a namespace's PID 1 from inside it, so as PID 1 the judge would survive a
+    program that tries to kill or stop it, and the program would score as if it had not tried. The policy is the
+    same on every sandbox: a program that attacks the harness scores 0. So PID 1 only waits: the judge is its
+    child, killable exactly as under Docker (where the judge is an ordinary process), and an attack on it leaves
+    no verdict. PID 1 exits with the judge's status (128 + signal if it was killed); the kernel then kills
+    whatever is left in the namespace. It gives up stdin/stdout/stderr once the judge has them, and is
+    non-dumpable, so the program can read nothing through ``/proc/1``."""
+    _make_undumpable()
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)  # no handler, so the kernel drops a SIGINT from inside too
+    sys.stdout.flush()
+    judge = os.fork()
+    if judge == 0:
+        code = 0
+        try:
+            judge_main()
+        except BaseException:  # noqa: BLE001 - report the judge's own failure, then exit non-zero
+            import traceback
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    for fd in (0, 1, 2):
+        os.close(fd)
+    while True:  # reap orphans re-parented to us until the judge ends
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if pid == judge:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
+
+
 if __name__ == "__main__":
-    judge_main()
+    if os.getpid() == 1:
+        warden_main()
+    else:
+        judge_main()
