@@ -21,7 +21,7 @@ def verifier() -> MathVerifier:
 @pytest.mark.parametrize("response, answer, method", [
     ("First 1, then \\boxed{3}. Finally \\boxed{72}.", "72", "boxed"),             # the last box wins
     ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}", "boxed"),           # nested braces
-    ("so \\boxed{\\frac{a}{b", "\\frac{a}{b", "boxed"),                           # unclosed: rest of text
+    ("so \\boxed{\\frac{a}{b", None, "unclosed_box"),                             # cut off: no answer
     ("\\fbox{12}", "12", "boxed"),
     ("\\boxed 5 is it", "5", "boxed"),
     ("$\\boxed{1}$, $\\boxed{2}$ and $\\boxed{3}$", "1, 2, 3", "boxed"),          # one list of boxes

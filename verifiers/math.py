@@ -5,6 +5,8 @@ Pipeline for one response:
 1. extract the answer (``math_extract.extract_answer``: last box, ``####``, "the answer is", final line);
 2. normalise both sides (``math_normalize.normalize_answer``) and accept an exact string match;
 3. fast numeric path: both sides plain numbers (``1,000``, ``0.50``, ``3/4``) -> exact Fraction comparison;
+   a side written as inequalities (``1 < x < 5``, ``x < 2 or x > 3``) against intervals or inequalities ->
+   the sets of reals they describe are compared (``math_sets``);
 4. otherwise math-verify (sympy) decides, with its own signal.alarm timeouts disabled (they fail off the
    main thread; the VerifierPool enforces time by killing the worker), and an exact-value check that
    rejects math-verify's float-rounding false positives such as ``1/2004!`` vs ``1/2006!``.
@@ -22,6 +24,7 @@ from typing import Any, List, Optional, Tuple
 from .base import Verifier, VerifyResult, register_verifier
 from .math_extract import extract_answer, last_boxed, last_number
 from .math_normalize import decimal_comma, normalize_answer, numbers_equal, parse_number
+from .math_sets import INEQUALITY, same_sets, solution_set
 
 _MAX_RESPONSE_TAIL = 4000
 """Only the last characters of a response are searched by math-verify's own extraction (bounded cost)."""
@@ -63,6 +66,10 @@ def _as_latex(answer: str) -> str:
     return f"${answer}$"
 
 
+def _parse_answer(answer: str) -> list:
+    return mv_parse(_as_latex(answer))
+
+
 @dataclass
 class ParsedGold:
     """A gold answer prepared for comparison; built once per distinct gold string."""
@@ -74,6 +81,14 @@ class ParsedGold:
     number: Optional[Fraction]
     """The exact value when the gold is a plain number, else None."""
     _sympy: Optional[list] = None
+    _solution_set: Any = False  # False: not computed yet
+
+    @property
+    def solution_set(self) -> Optional[list]:
+        """The gold as intervals when it describes a set of reals (``math_sets.solution_set``), else None."""
+        if self._solution_set is False:
+            self._solution_set = solution_set(self.normalized, _parse_answer)
+        return self._solution_set
 
     @property
     def sympy(self) -> list:
@@ -165,6 +180,9 @@ class MathVerifier(Verifier):
             return VerifyResult.incorrect(f"response is {type(response).__name__}, not str", extracted=None)
         gold = parse_gold(str(ground_truth))
         answer, method = extract_answer(response)
+        if method == "unclosed_box":  # cut off inside its final answer: nothing to credit, not even a last number
+            return VerifyResult.incorrect("the final \\boxed{ never closes (a truncated response)", extracted=None,
+                                          method=method)
         if answer is None:
             return self._verify_unmarked(response, gold)
         equal, how = self.answers_equal(gold, answer)
@@ -193,6 +211,10 @@ class MathVerifier(Verifier):
             return numbers_equal(number, gold_number, self.numeric_rel_tol), "numeric"
         if _same_choice(normalized, gold.normalized):
             return True, "multiple-choice letter"
+        if INEQUALITY.search(normalized) or INEQUALITY.search(gold.normalized):  # an interval vs inequalities
+            gold_set, pred_set = gold.solution_set, solution_set(normalized, _parse_answer)
+            if gold_set is not None and pred_set is not None:
+                return same_sets(gold_set, pred_set, self.numeric_rel_tol), "solution sets"
         return self._sympy_equal(gold, mv_parse(_as_latex(normalized)) or mv_parse(_as_latex(answer)))
 
     # -- internals ---------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The order follows what models are asked to write: the last ``\\boxed{...}`` (or ``\\fbox{...}``), then a
 GSM8K ``#### answer`` line, then a phrase such as "the answer is ...", then a short final line that looks
-like an answer. Nested braces are matched; an unclosed box takes the rest of the response.
+like an answer. Nested braces are matched. A response whose last box never closes was cut off: it has no
+answer (``extract_answer``); only a gold's unclosed box (``last_boxed``) is read to the end of the text.
 Pure string work: no sympy, no math-verify, so it is fast and cannot hang.
 """
 from __future__ import annotations
@@ -50,9 +51,9 @@ def _read_braced(text: str, open_at: int) -> Tuple[str, bool]:
     return text[open_at + 1:], False
 
 
-def _boxes(text: str) -> List[Tuple[int, int, str]]:
-    """``(start, end, content)`` of every ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``, in order."""
-    found: List[Tuple[int, int, str]] = []
+def _boxes(text: str) -> List[Tuple[int, int, str, bool]]:
+    """``(start, end, content, closed)`` of every ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``, in order."""
+    found: List[Tuple[int, int, str, bool]] = []
     for command in BOX_COMMANDS:
         start = 0
         while True:
@@ -71,17 +72,17 @@ def _boxes(text: str) -> List[Tuple[int, int, str]]:
                 end = offset + len(content) + (2 if closed else 1)
             elif stripped[:1] and stripped[:1] not in "$\\":  # "\boxed 5" form: up to the next space/$
                 content = re.split(r"[\s$]", stripped, maxsplit=1)[0]
-                end = offset + len(content)
+                end, closed = offset + len(content), True
             else:
                 continue
-            found.append((at, end, content.strip()))
+            found.append((at, end, content.strip(), closed))
     found.sort(key=lambda box: box[0])
     return found
 
 
 def boxed_contents(text: str) -> List[str]:
     """All box arguments in ``text`` in order of appearance."""
-    return [content for _start, _end, content in _boxes(text)]
+    return [content for _start, _end, content, _closed in _boxes(text)]
 
 
 def last_boxed(text: str) -> Optional[str]:
@@ -99,13 +100,15 @@ def last_boxed(text: str) -> Optional[str]:
         if len(gap) > _JOINABLE_GAP or "\n\n" in gap or box[1] > run[0][0] or not _CONNECTOR_RE.match(gap):
             break
         run.insert(0, box)
-    contents = [content for _start, _end, content in run if content]
+    contents = [content for _start, _end, content, _closed in run if content]
     return ", ".join(contents) if contents else None
 
 
-def _last_box_start(text: str) -> int:
+def _last_box(text: str) -> Tuple[int, bool]:
+    """Where the last box starts (-1: no box) and whether every box closes (an unclosed one runs to the end of
+    the text, so it holds every later box)."""
     boxes = _boxes(text)
-    return boxes[-1][0] if boxes else -1
+    return (boxes[-1][0] if boxes else -1), all(box[3] for box in boxes)
 
 
 def _read_after_keyword(text: str) -> str:
@@ -178,12 +181,15 @@ def extract_answer(response: str) -> Tuple[Optional[str], str]:
     """``(answer_text, method)``; ``(None, "none")`` when the response states no answer.
 
     ``method`` is one of ``boxed``, ``gsm8k``, ``answer_phrase``, ``final_line``, ``none``. A "final answer
-    is ..." phrase written after the last box wins over the box.
+    is ..." phrase written after the last box wins over the box. ``(None, "unclosed_box")``: the last box never
+    closes, so the response was cut off inside its answer (whatever it holds is not a stated answer).
     """
     if not isinstance(response, str) or not response.strip():
         return None, "none"
+    box_start, boxes_closed = _last_box(response)
+    if not boxes_closed:
+        return None, "unclosed_box"
     final_phrases = list(_FINAL_ANSWER_RE.finditer(response))
-    box_start = _last_box_start(response)
     if final_phrases and final_phrases[-1].start() > box_start:
         candidate = _read_after_keyword(response[final_phrases[-1].end():])
         if candidate:
