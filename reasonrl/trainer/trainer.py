@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from reasonrl.algorithms import compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty
+from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
+                                 overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
@@ -230,9 +231,8 @@ class Trainer:
             with timer("advantages"):
                 token_rewards = None
                 if alg.kl_in_reward:
-                    last = (mask.sum(-1).long() - 1).clamp(min=0)
-                    token_rewards = -alg.kl_coef * kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator) * mask
-                    token_rewards[torch.arange(len(scores)), last] += scores
+                    token_rewards = kl_shaped_token_rewards(
+                        scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator), mask, alg.kl_coef)
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
                 adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
                                                   group_index=group_index, token_rewards=token_rewards,
