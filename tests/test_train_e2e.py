@@ -151,20 +151,21 @@ def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, mo
     mixed = write_parquet([math_rows[0], code_rows[0], math_rows[1], code_rows[1]], tmp_path / "mixed.parquet")
     out = tmp_path / "run"
     args = ["task=gsm8k", "rollout.engine=hf", f"data.train_files=[{mixed}]", "data.shuffle=false",
-            "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=16",
-            "actor.micro_batch_size_per_worker=8", "reward.workers=1", "reward.verifier_options.code.sandbox=bwrap", "trainer.logger=[jsonl]",
+            "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=12", "algorithm.use_kl_loss=false",
+            "actor.micro_batch_size_per_worker=4", "reward.workers=1", "reward.verifier_options.code.sandbox=bwrap", "trainer.logger=[jsonl]",
             "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1", f"trainer.output_dir={out}"]
-    proc = run_train(args)
+    proc = run_train(args, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [1, 2]
-    for r in rows:  # every step sees all 4 prompts (2 math, 2 code) x 2 responses
-        assert r["reward/math/count"] == 4 and r["reward/code/count"] == 4, r
+    for r in rows:  # in file order, each step takes one GSM8K and one MBPP prompt, 2 responses each
+        assert r["reward/math/count"] == 2 and r["reward/code/count"] == 2, r
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
     by_verifier = {}
     for s in samples:
         by_verifier.setdefault(s["verifier"], []).append(s["reason"])
-    assert set(by_verifier) == {"math", "code"}  # the first two prompts: one GSM8K row, one MBPP row
+    assert [s["step"] for s in samples] == [1] * 4 + [2] * 4  # all 2 x 2 responses of each step
+    assert set(by_verifier) == {"math", "code"} and len(by_verifier["code"]) == 4
     code_reasons = ("no code found", "syntax error", "all tests passed", "test ", "program failed to load",
                     "time limit", "no verdict")
     assert all(reason.startswith(code_reasons) for reason in by_verifier["code"]), by_verifier["code"]
