@@ -1,5 +1,5 @@
 """Maps the top-level folders verifiers/, sandboxes/, datasets/ to reasonrl.verifiers, reasonrl.sandboxes and
-reasonrl.datasets, so nothing generic is installed into site-packages (DESIGN.md, Layout)."""
+reasonrl.datasets, so nothing generic is installed into site-packages (docs/architecture.md, Layout)."""
 from setuptools import find_packages, setup
 
 MAPPED = {"reasonrl": "reasonrl", "reasonrl.verifiers": "verifiers", "reasonrl.sandboxes": "sandboxes",

@@ -24,6 +24,7 @@ what finished; ``--deadline-s`` skips variants that would not finish in time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -127,7 +128,7 @@ def timed(fn, repeats: int) -> Dict[str, Any]:
 
 def run_variant(worker, batch: Batch, fused: bool, micro_batch: int, args, n_params: int) -> Dict[str, Any]:
     forward_module.FUSED_BY_DEFAULT = fused
-    worker.cfg.actor.micro_batch_size_per_worker = micro_batch
+    worker.batch_plan = dataclasses.replace(worker.batch_plan, micro_batch_rows=micro_batch)
     tokens = float(batch["attention_mask"].sum())
     start = time.perf_counter()
 

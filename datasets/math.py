@@ -1,4 +1,4 @@
-"""MATH recipe: MATH-500 (test) and the MATH train split -> schema rows (DESIGN.md, Data schema).
+"""MATH recipe: MATH-500 (test) and the MATH train split -> schema rows (docs/tasks.md, data schema).
 
 - ``test``: ``<data_dir>/math500_test.jsonl`` (openai/prm800k ``math_splits/test.jsonl``: ``problem``,
   ``solution``, ``answer``, ``subject``, ``level``, ``unique_id``).

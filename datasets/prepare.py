@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import TASKS, prepare
+from . import TASKS, get_task, prepare
 
 
 def main(argv=None) -> None:
@@ -14,9 +14,9 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="folder with the upstream files (default: Hub)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the reasonrl cache)")
     args = parser.parse_args(argv)
-    name, train_split, val_split = TASKS[args.task]
-    for split in args.split or sorted({train_split, val_split}):
-        path = prepare(name, split, args.data_dir, args.out)
+    spec = get_task(args.task)
+    for split in args.split or sorted({spec.train_split, spec.val_split}):
+        path = prepare(spec.recipe, split, args.data_dir, args.out)
         print(f"{args.task} {split}: {path}")
 
 

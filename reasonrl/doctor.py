@@ -366,10 +366,10 @@ def run_checks(output_dir: str | Path = ".") -> List[Check]:
 def _verifiers_needed(config: Any) -> List[str]:
     if config.reward.verifier:
         return [config.reward.verifier]
-    from reasonrl.config.presets import TASK_PRESETS
+    from reasonrl.config.tasks import TASKS
 
-    verifier = TASK_PRESETS.get(config.task, {}).get("reward", {}).get("verifier")
-    return [verifier] if verifier else []
+    task = TASKS.get(config.task)
+    return [task.verifier] if task else []
 
 
 def _looks_local(path: str) -> bool:

@@ -4,23 +4,19 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from reasonrl.config.schema import RewardConfig
-
-# data_source -> verifier, for rows without a `verifier` column (verl-style data).
-DATA_SOURCE_VERIFIERS = {
-    "openai/gsm8k": "math", "gsm8k": "math", "math500": "math", "math": "math", "arith": "math",
-    "lighteval/MATH": "math", "DigitalLearningGmbH/MATH-lighteval": "math", "HuggingFaceH4/MATH-500": "math",
-    "mbpp": "code", "humaneval": "code", "openai_humaneval": "code", "minif2f": "lean",
-}
-
+from reasonrl.config.tasks import verifier_for_data_source
 
 def verifier_for(row: Dict[str, Any], reward: RewardConfig) -> str:
+    """The verifier that scores ``row``: ``reward.verifier`` when the user forces one, else the row's ``verifier``
+    column, else the task registry's verifier for its ``data_source``."""
     if reward.verifier:
         return reward.verifier
     if row.get("verifier"):
         return row["verifier"]
     source = row.get("data_source", "")
-    if source in DATA_SOURCE_VERIFIERS:
-        return DATA_SOURCE_VERIFIERS[source]
+    verifier = verifier_for_data_source(source)
+    if verifier is not None:
+        return verifier
     raise ValueError(f"no verifier for data_source {source!r}: add a 'verifier' column or set reward.verifier=")
 
 

@@ -59,7 +59,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             for p in problems:
                 print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
             return 3
-    trainer = Trainer(cfg)
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from reasonrl.workers.critic import CriticWorker
+
+    trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
     try:
         trainer.fit()
     finally:

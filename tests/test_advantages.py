@@ -10,6 +10,7 @@ from reasonrl.algorithms import (
     compute_advantages,
     discounted_returns,
     group_mean_std,
+    kl_shaped_token_rewards,
     register_adv_estimator,
     scores_to_token_rewards,
 )
@@ -213,6 +214,17 @@ def test_scores_to_token_rewards_puts_score_on_last_valid_token():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
     rewards = scores_to_token_rewards(torch.tensor([2.0, -1.0, 5.0]), mask)
     close(rewards, [[0, 0, 2.0, 0], [-1.0, 0, 0, 0], [0, 0, 0, 0]])
+
+
+def test_kl_shaped_token_rewards_with_an_empty_response():
+    # kl_coef 0.5; lengths 2, 1, 0 (the last response is empty: its row of the mask is all 0).
+    # row 0: -0.5 * [0.2, 0.4] = [-0.1, -0.2], plus score 1.0 on index 1 -> [-0.1, 0.8, 0]
+    # row 1: -0.5 * 0.6 = -0.3, plus score -1.0 on index 0 -> [-1.3, 0, 0]
+    # row 2: no valid token: no score and no penalty anywhere (the KL of 9.0 at padding is ignored) -> [0, 0, 0]
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.float32)
+    kl = torch.tensor([[0.2, 0.4, 7.0], [0.6, 7.0, 7.0], [9.0, 9.0, 9.0]])
+    rewards = kl_shaped_token_rewards(torch.tensor([1.0, -1.0, 3.0]), kl, mask, kl_coef=0.5)
+    close(rewards, [[-0.1, 0.8, 0.0], [-1.3, 0.0, 0.0], [0.0, 0.0, 0.0]])
 
 
 def test_group_mean_std_sizes():

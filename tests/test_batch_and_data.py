@@ -1,4 +1,5 @@
 """Batch container, rollout collation, the epoch sampler and the data lookup order."""
+import dataclasses
 import json
 
 import pytest
@@ -96,3 +97,43 @@ def test_arith_test_split_is_held_out_from_train():
     assert all(arith.held_out(*map(int, q.split("What is ")[1].split("?")[0].split()[::2]),
                              q.split()[3]) for q in map(question, test))
     assert [question(r) for r in test] == [question(r) for r in arith.build_rows("test")]  # deterministic
+
+
+def test_batch_plan_derives_every_size_once():
+    from reasonrl.config import load_config
+    from reasonrl.config.batch_plan import BatchPlan
+
+    cfg, _ = load_config(["data.train_batch_size=8", "rollout.n=4", "actor.ppo_mini_batch_size=4", "actor.ppo_epochs=2",
+                          "actor.micro_batch_size_per_worker=3", "trainer.profile=none"], cuda_available=False)
+    plan = BatchPlan.from_config(cfg, world_size=2)
+    plan.check()
+    # 8 prompts x 4 = 32 responses; mini-batches of 4 prompts = 16 responses, 8 per worker; 8 / 3 -> 3 micro-batches;
+    # 8 / 4 = 2 mini-batches per pass x 2 epochs = 4 optimizer steps.
+    assert dict(plan.table()) == {
+        "prompts per step (data.train_batch_size)": 8, "samples per prompt (rollout.n)": 4, "responses per step": 32,
+        "workers (data-parallel ranks)": 2, "prompts per worker per step": 4,
+        "mini-batches per step (optimizer steps x ppo_epochs)": 4, "responses per mini-batch": 16,
+        "responses per mini-batch per worker": 8, "micro-batches per mini-batch per worker": 3}
+    # A worker's share of 16 rows (the full plan) is 16 x 2 / 16 = 2 mini-batches; dynamic sampling leaving it 8
+    # rows gives 1; a share smaller than one mini-batch (3 rows: 6 / 16 = 0) still trains as 1.
+    assert [plan.mini_batches_for(rows) for rows in (16, 8, 3)] == [2, 1, 1]
+    # No mini-batch size: the whole step is one mini-batch (8 prompts x 4 = 32 responses).
+    whole, _ = load_config(["data.train_batch_size=8", "rollout.n=4", "trainer.profile=none"], cuda_available=False)
+    assert BatchPlan.from_config(whole, 1).responses_per_mini_batch == 32
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.world_size = 4
+
+
+def test_batch_plan_refuses_uneven_splits():
+    from reasonrl.config.batch_plan import BatchPlan
+
+    # 6 prompts over 4 workers: the table shows 6/4! and check names data.train_batch_size.
+    uneven = BatchPlan(prompts_per_step=6, samples_per_prompt=2, world_size=4, mini_batch_prompts=6, ppo_epochs=1,
+                       micro_batch_rows=2)
+    assert dict(uneven.table())["prompts per worker per step"] == "6/4!"
+    with pytest.raises(ValueError, match="data.train_batch_size=6"):
+        uneven.check()
+    # 8 prompts split evenly, but a mini-batch of 3 prompts x 1 sample = 3 responses does not split over 2 workers.
+    with pytest.raises(ValueError, match="ppo_mini_batch_size x rollout.n = 3"):
+        BatchPlan(prompts_per_step=8, samples_per_prompt=1, world_size=2, mini_batch_prompts=3, ppo_epochs=1,
+                  micro_batch_rows=2).check()

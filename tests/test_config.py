@@ -10,9 +10,24 @@ from reasonrl.config import ConfigError, from_dict, load_config, to_dict
 def test_task_preset_and_override_layering():
     cfg, notes = load_config(["task=gsm8k", "rollout.n=3", "trainer.profile=none"], cuda_available=False)
     assert cfg.rollout.n == 3                      # user override wins
-    assert cfg.rollout.max_new_tokens == 512       # gsm8k preset (schema default is also 512 -> check verifier)
-    assert cfg.reward.verifier == "math"
+    assert cfg.rollout.max_new_tokens == 512       # gsm8k preset (the schema default is also 512)
+    assert cfg.reward.verifier is None             # a task preset never forces a verifier: rows choose
     assert notes["profile"] is None
+    code, _ = load_config(["task=mbpp", "trainer.profile=none"], cuda_available=False)
+    assert code.reward.timeout_s == 30.0 and code.reward.verifier is None  # from the registry's mbpp entry
+
+
+def test_rows_choose_their_verifier_unless_the_user_forces_one():
+    from reasonrl.rewards import verifier_for
+
+    cfg, _ = load_config(["task=gsm8k"], cuda_available=False)
+    rows = [{"data_source": "openai/gsm8k"}, {"data_source": "mbpp"}, {"data_source": "mbpp", "verifier": "math"},
+            {"data_source": "humaneval"}, {"data_source": "hendrycks_math"}]
+    assert [verifier_for(r, cfg.reward) for r in rows] == ["math", "code", "math", "code", "math"]
+    forced, _ = load_config(["task=gsm8k", "reward.verifier=code"], cuda_available=False)
+    assert {verifier_for(r, forced.reward) for r in rows} == {"code"}
+    with pytest.raises(ValueError, match="no verifier for data_source 'mystery'"):
+        verifier_for({"data_source": "mystery"}, cfg.reward)
 
 
 def test_cpu_profile_applies_without_gpu_and_yields_to_user_sizes():

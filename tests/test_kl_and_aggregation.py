@@ -173,7 +173,7 @@ def test_log_probs_bad_labels():
 
 
 def test_algorithms_import_only_torch():
-    # DESIGN.md: reasonrl.algorithms imports no torch.distributed, ray, transformers or model code.
+    # docs/architecture.md: reasonrl.algorithms imports no torch.distributed, ray, transformers or model code.
     allowed_roots = {"torch", "typing", "math", "__future__"}
     for path in Path(algorithms.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

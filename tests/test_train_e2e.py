@@ -136,3 +136,37 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
         assert r["weight_sync/logprob_diff_max"] < 5e-3, r
     # The rollout log-probs came from vLLM, the old log-probs from the FSDP actor, after the same sync.
     assert rows[1]["rollout/logprob_diff_mean"] < 5e-3
+
+
+def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, model_path):
+    """A file that mixes GSM8K and MBPP rows under task=gsm8k: no preset forces a verifier, so each row's own
+    ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample)."""
+    from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
+
+    data_dir = Path(os.environ.get("REASONRL_DATA_DIR", "../shared/data"))
+    math_rows = read_rows(task_files("gsm8k", "train")[0])[:2]
+    code_rows = read_rows(str(prepare("mbpp", "train", data_dir, tmp_path / "prepared")))[:2]
+    for row in code_rows:  # one parquet column has one type: the code tests go in as their JSON text
+        row["reward_model"]["ground_truth"] = json.dumps(row["reward_model"]["ground_truth"])
+    mixed = write_parquet([math_rows[0], code_rows[0], math_rows[1], code_rows[1]], tmp_path / "mixed.parquet")
+    out = tmp_path / "run"
+    args = ["task=gsm8k", "rollout.engine=hf", f"data.train_files=[{mixed}]", "data.shuffle=false",
+            "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=12", "algorithm.use_kl_loss=false",
+            "actor.micro_batch_size_per_worker=4", "reward.workers=1", "reward.verifier_options.code.sandbox=bwrap", "trainer.logger=[jsonl]",
+            "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1", f"trainer.output_dir={out}"]
+    proc = run_train(args, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # in file order, each step takes one GSM8K and one MBPP prompt, 2 responses each
+        assert r["reward/math/count"] == 2 and r["reward/code/count"] == 2, r
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    by_verifier = {}
+    for s in samples:
+        by_verifier.setdefault(s["verifier"], []).append(s["reason"])
+    assert [s["step"] for s in samples] == [1] * 4 + [2] * 4  # all 2 x 2 responses of each step
+    assert set(by_verifier) == {"math", "code"} and len(by_verifier["code"]) == 4
+    code_reasons = ("no code found", "syntax error", "all tests passed", "test ", "program failed to load",
+                    "time limit", "no verdict")
+    assert all(reason.startswith(code_reasons) for reason in by_verifier["code"]), by_verifier["code"]
+    assert not any(reason.startswith(code_reasons) for reason in by_verifier["math"]), by_verifier["math"]

@@ -215,3 +215,14 @@ def test_sync_reaches_the_tied_output_head(engine, hf_model, fixed_sequence):
     assert synced.max_abs < SYNC_TOL, synced
     engine.update_weights((n, p.detach()) for n, p in hf_model.named_parameters())  # leave the engine as found
     assert sequence_logprobs_check(engine, hf_model, fixed_sequence).max_abs < SYNC_TOL
+
+
+def test_vllm_engine_implements_the_protocol_on_cpu(engine):
+    from reasonrl.rollout import RolloutEngine
+
+    assert isinstance(engine, RolloutEngine)
+    # vLLM on CPU has no sleep mode: sleep is a no-op and the engine is never asleep (generate keeps working).
+    assert not engine.supports_sleep
+    engine.sleep()
+    assert engine.asleep_parts == frozenset()
+    engine.finish_weight_update()  # no sync pending: harmless

@@ -10,6 +10,7 @@ from .advantages import (
     compute_advantages,
     discounted_returns,
     group_mean_std,
+    kl_shaped_token_rewards,
     register_adv_estimator,
     scores_to_token_rewards,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "filter_groups",
     "group_mean_std",
     "kl_penalty",
+    "kl_shaped_token_rewards",
     "log_probs_from_logits",
     "logprob_mismatch_stats",
     "masked_mean",

@@ -101,6 +101,15 @@ def scores_to_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     return rewards
 
 
+def kl_shaped_token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
+    """Per-token rewards with the KL penalty in the reward (PPO / RLOO / REINFORCE++ ``kl_in_reward``):
+    ``-kl_coef * kl_t`` on every valid token, plus the response's score on its last valid token.
+
+    ``kl`` [B, T] is a per-token KL estimate (``kl_penalty``); a response without any valid token gets 0 everywhere.
+    """
+    return scores_to_token_rewards(scores, mask) - kl_coef * masked_fill_zero(kl, mask)
+
+
 def discounted_returns(token_rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
     """G_t = r_t + gamma * G_{t'} where t' is the next valid token; masked tokens are skipped, 0 there."""
     mask_b = mask.bool()

@@ -6,21 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-TASK_PRESETS: Dict[str, Dict[str, Any]] = {
-    # Grade-school math: numeric answers after '####' in the gold; the model is asked for \boxed{}.
-    "gsm8k": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "math"}},
-    # MATH: LaTeX answers; trains on MATH train (Hub or data.train_files), validates on MATH-500.
-    "math": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "math"}},
-    # MATH-500 alone (train and validate on it: for evaluation, `python -m reasonrl.eval task=math500`).
-    "math500": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "math"}},
-    # Generated two-number arithmetic with a boxed answer: small, fast, partly solvable by tiny models.
-    "arith": {"rollout": {"max_new_tokens": 64}, "reward": {"verifier": "math"}},
-    # Code: tests run in a sandbox.
-    "mbpp": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
-    "humaneval": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
-    # Lean 4 proofs (needs a Lean REPL).
-    "minif2f": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "lean", "timeout_s": 120.0}},
-}
+from .tasks import TASKS, task_preset
+
+# task -> what ``task=`` sets, derived from the task registry (reasonrl/config/tasks.py). No task sets
+# ``reward.verifier``: each row picks its own verifier unless the user forces one.
+TASK_PRESETS: Dict[str, Dict[str, Any]] = {name: task_preset(name) for name in TASKS}
 
 ALGORITHM_PRESETS: Dict[str, Dict[str, Any]] = {
     "grpo": {"adv_estimator": "grpo", "norm_by_std": True, "use_kl_loss": True},

@@ -24,7 +24,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_files: Optional[List[str]] = None
-    """Parquet files to train on (DESIGN.md schema). Empty: the task's recipe finds or prepares them."""
+    """Parquet files to train on (the schema in docs/tasks.md). Empty: the task's recipe finds or prepares them."""
     val_files: Optional[List[str]] = None
     """Parquet files to validate on. Empty: the task's recipe finds or prepares them."""
     train_batch_size: int = 32
@@ -258,7 +258,8 @@ class EvalConfig:
 @dataclass
 class Config:
     task: str = "gsm8k"
-    """Task preset (sets data and verifier defaults): gsm8k, math, math500, mbpp, humaneval, minif2f, arith."""
+    """Task (reasonrl/config/tasks.py: data files, generation length; rows pick their verifier): gsm8k, math, math500,
+    mbpp, humaneval, minif2f, arith."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -7,7 +7,7 @@ import torch
 
 from reasonrl.config.schema import RolloutConfig
 
-from .base import Completion, RolloutEngine, SamplingParams
+from .base import SLEEP_PARTS, Completion, RolloutEngine, SamplingParams
 
 
 def resolve_engine_name(name: str) -> str:
@@ -31,4 +31,4 @@ def make_rollout_engine(cfg: RolloutConfig, model_path: str, tokenizer, dtype: t
     return HFRolloutEngine.from_pretrained(model_path, tokenizer, dtype, device)
 
 
-__all__ = ["Completion", "RolloutEngine", "SamplingParams", "make_rollout_engine", "resolve_engine_name"]
+__all__ = ["SLEEP_PARTS", "Completion", "RolloutEngine", "SamplingParams", "make_rollout_engine", "resolve_engine_name"]

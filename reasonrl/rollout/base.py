@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import FrozenSet, Iterable, List, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
 
@@ -48,19 +48,50 @@ class Completion:
     """"stop" (EOS or a stop token) or "length" (hit ``max_new_tokens``)."""
 
 
+SLEEP_PARTS = ("weights", "kv_cache")
+"""What an engine's ``sleep`` frees and ``wake_up`` takes tags of."""
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """A generator colocated with the actor in the worker's process."""
+    """A generator colocated with the actor in the worker's process: everything a worker (or the evaluator, the
+    weight-sync check, a tool-use loop) may call. Implementations: ``HFRolloutEngine`` (hf_engine.py) and
+    ``VLLMRolloutEngine`` (vllm_engine.py).
+
+    Sleep and wake: the engine owns its memory state (``asleep_parts``); the worker decides when to change it
+    (``ActorRolloutRefWorker.sleep_engine`` / ``wake_engine`` / ``sync_weights``, called by the trainer). An engine
+    never wakes itself: ``generate`` and ``sequence_logprobs`` on a sleeping engine raise. An engine without a sleep
+    mode (``supports_sleep`` False) treats ``sleep``/``wake_up`` as no-ops and is never asleep.
+
+    Weight updates: one sync is any number of ``update_weights`` calls (buckets), then ``finish_weight_update``.
+    """
 
     name: str
+    """"hf" or "vllm" (reported by the worker's ``info``)."""
     supports_sleep: bool
+    """Whether ``sleep`` frees memory (vLLM on GPU with ``rollout.free_cache_engine``)."""
+
+    @property
+    def asleep_parts(self) -> FrozenSet[str]:
+        """What ``sleep`` freed and ``wake_up`` has not yet restored (a subset of ``SLEEP_PARTS``)."""
+        ...
 
     def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
         """For each prompt, ``sampling.n`` completions, in prompt order."""
         ...
 
+    def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
+        """Log-probability (temperature 1) of each response token given its prompt, by the engine's own model
+        (the weight-sync check compares these with the actor's)."""
+        ...
+
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """Load new weights (Hugging Face parameter names, full tensors); may be called with buckets."""
+        ...
+
+    def finish_weight_update(self) -> None:
+        """End one sync (after its last ``update_weights``): the engine is ready to generate with the new weights.
+        Harmless to call twice or with no sync pending."""
         ...
 
     def sleep(self) -> None:
@@ -70,4 +101,8 @@ class RolloutEngine(Protocol):
     def wake_up(self, tags: Optional[List[str]] = None) -> None:
         """Re-allocate what ``sleep`` freed: ``tags`` picks "weights" and/or "kv_cache" (None: both), so a sync
         can wake the weights first and the KV cache after."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release the engine's memory (tests and benchmarks that start another engine in the same process)."""
         ...

@@ -5,7 +5,7 @@ generate different lengths), and new weights arrive through the same ``update_we
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -100,8 +100,18 @@ class HFRolloutEngine:
                 raise KeyError(f"hf engine: unknown parameter {name!r}")
             self._params[name].copy_(tensor.to(self._params[name].dtype))
 
+    def finish_weight_update(self) -> None:
+        """Nothing to finish: ``update_weights`` copies straight into the live parameters."""
+
+    asleep_parts: FrozenSet[str] = frozenset()
+    """Never asleep (see ``sleep``)."""
+
     def sleep(self) -> None:
         """No-op: the hf engine keeps its weights (it has no KV cache between calls)."""
 
-    def wake_up(self, tags=None) -> None:
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
         """No-op (see ``sleep``)."""
+
+    def shutdown(self) -> None:
+        """Drop the model copy (its memory is freed once nothing else holds it)."""
+        self.model, self._params = None, {}

@@ -23,12 +23,12 @@ import os
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vllm is imported: run the engine in-process
 
-from typing import Iterable, List, Optional, Tuple  # noqa: E402
+from typing import FrozenSet, Iterable, List, Optional, Tuple  # noqa: E402
 
 import torch  # noqa: E402
 
 from reasonrl.config.schema import RolloutConfig  # noqa: E402
-from reasonrl.rollout.base import Completion, SamplingParams  # noqa: E402
+from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class VLLMRolloutEngine:
         # KV cache in host memory for the whole run.
         self.supports_sleep = (not self.on_cpu) and cfg.free_cache_engine
         self.sleep_level = sleep_level
-        self.asleep_parts: set = set()  # of "weights", "kv_cache": what sleep() released and wake_up() has not
+        self._asleep: set = set()  # of SLEEP_PARTS: what sleep() released and wake_up() has not (asleep_parts)
         self._reload_open = False
         self._reload_names: set = set()  # HF names loaded in the open CPU reload session
         self._needs_cache_reset = False
@@ -230,7 +230,7 @@ class VLLMRolloutEngine:
             weights.append((normalize_param_name(name), tensor.detach()))
         if not weights:
             return
-        if "weights" in self.asleep_parts:
+        if "weights" in self._asleep:
             raise RuntimeError("update_weights while the weights are asleep: call wake_up(['weights']) first")
         if self.on_cpu:
             names = {name for name, _ in weights}
@@ -272,11 +272,16 @@ class VLLMRolloutEngine:
                                + (" ..." if len(incomplete) > 10 else ""))
 
     def _ready_for_use(self) -> None:
-        if self.asleep_parts:
-            raise RuntimeError(f"the vLLM engine is asleep ({sorted(self.asleep_parts)}): call wake_up() first")
+        if self._asleep:
+            raise RuntimeError(f"the vLLM engine is asleep ({sorted(self._asleep)}): call wake_up() first")
         self.finish_weight_update()
 
     # ------------------------------------------------------------------ memory phases
+
+    @property
+    def asleep_parts(self) -> FrozenSet[str]:
+        """What ``sleep`` freed and ``wake_up`` has not restored (always empty on CPU)."""
+        return frozenset(self._asleep)
 
     def sleep(self) -> None:
         """GPU: free the KV cache and offload (level 1) or discard (level 2) the weights while the actor
@@ -285,7 +290,7 @@ class VLLMRolloutEngine:
             return
         self.finish_weight_update()
         self.llm.sleep(level=self.sleep_level)
-        self.asleep_parts = {"weights", "kv_cache"}
+        self._asleep = set(SLEEP_PARTS)
 
     def wake_up(self, tags: Optional[List[str]] = None) -> None:
         """GPU: re-allocate what ``sleep`` freed; ``tags=["weights"]`` then ``["kv_cache"]`` lets the caller
@@ -293,8 +298,8 @@ class VLLMRolloutEngine:
         if not self.supports_sleep:
             return
         self.llm.wake_up(tags=tags)
-        self.asleep_parts -= set(tags) if tags is not None else {"weights", "kv_cache"}
-        if not self.asleep_parts:
+        self._asleep -= set(tags) if tags is not None else set(SLEEP_PARTS)
+        if not self._asleep:
             self.llm.reset_prefix_cache()
 
     def shutdown(self) -> None:

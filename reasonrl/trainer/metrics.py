@@ -41,6 +41,18 @@ def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: to
     }
 
 
+def per_verifier_metrics(verifiers: List[str], scores: List[float], correct: List[bool]) -> Dict[str, float]:
+    """For data that mixes tasks: ``reward/<verifier>/{count,mean,accuracy}`` over the responses each verifier
+    scored (one entry per verifier that scored any)."""
+    out: Dict[str, float] = {}
+    for name in sorted(set(verifiers)):
+        picked = [i for i, v in enumerate(verifiers) if v == name]
+        out[f"reward/{name}/count"] = float(len(picked))
+        out[f"reward/{name}/mean"] = sum(scores[i] for i in picked) / len(picked)
+        out[f"reward/{name}/accuracy"] = sum(bool(correct[i]) for i in picked) / len(picked)
+    return out
+
+
 def policy_metrics(old_log_probs: torch.Tensor, ref_log_probs, entropy, mask: torch.Tensor) -> Dict[str, float]:
     out = {}
     if entropy is not None:

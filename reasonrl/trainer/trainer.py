@@ -14,20 +14,20 @@ from typing import Any, Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from reasonrl.algorithms import compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty
+from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
+                                 overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
+from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
 from reasonrl.datasets import task_files
 from reasonrl.models import load_tokenizer, resolve_model_path
-from reasonrl.rewards import make_pool, verify_item
-from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-from reasonrl.workers.critic import CriticWorker
+from reasonrl.rewards import make_pool, verifier_for, verify_item
 
 from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
-from .metrics import PhaseTimer, policy_metrics, rollout_metrics
+from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +45,8 @@ def world_size_for(cfg: Config, device: str) -> int:
 
 
 def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
-    """The derived sizes printed at start-up (and checked: every rank gets the same work)."""
-    B, n = cfg.data.train_batch_size, cfg.rollout.n
-    mini = cfg.actor.ppo_mini_batch_size or B
-    per_worker_mini = mini * n // world_size
-    micro = cfg.actor.micro_batch_size_per_worker
-    return [
-        ("prompts per step (data.train_batch_size)", B),
-        ("samples per prompt (rollout.n)", n),
-        ("responses per step", B * n),
-        ("workers (data-parallel ranks)", world_size),
-        ("prompts per worker per step", B // world_size if B % world_size == 0 else f"{B}/{world_size}!"),
-        ("mini-batches per step (optimizer steps x ppo_epochs)", (B // mini) * cfg.actor.ppo_epochs),
-        ("responses per mini-batch", mini * n),
-        ("responses per mini-batch per worker", per_worker_mini),
-        ("micro-batches per mini-batch per worker", -(-per_worker_mini // micro)),
-    ]
+    """The derived sizes printed at start-up (``BatchPlan.table``)."""
+    return BatchPlan.from_config(cfg, world_size).table()
 
 
 def rollout_logprobs_wanted(cfg: Config) -> bool:
@@ -86,21 +72,20 @@ def slowest_rank(per_rank: List[Dict[str, float]]) -> Dict[str, float]:
 
 
 def check_divisibility(cfg: Config, world_size: int) -> None:
-    B = cfg.data.train_batch_size
-    mini = cfg.actor.ppo_mini_batch_size or B
-    if B % world_size:
-        raise ValueError(f"data.train_batch_size={B} must be divisible by the {world_size} workers")
-    if (mini * cfg.rollout.n) % world_size:
-        raise ValueError(f"actor.ppo_mini_batch_size x rollout.n = {mini * cfg.rollout.n} responses must be "
-                         f"divisible by the {world_size} workers")
+    """Every rank gets the same work (``BatchPlan.check``): a ValueError naming the keys otherwise."""
+    BatchPlan.from_config(cfg, world_size).check()
 
 
 class Trainer:
-    def __init__(self, cfg: Config) -> None:
+    """The single controller. ``actor_worker`` / ``critic_worker`` are the worker classes its groups run (the entry
+    point picks them: ``ActorRolloutRefWorker`` and ``CriticWorker``); the critic one is needed for ``gae`` only."""
+
+    def __init__(self, cfg: Config, actor_worker: type, critic_worker: Optional[type] = None) -> None:
         self.cfg = cfg
         self.device = resolve_device(cfg)
         self.world_size = world_size_for(cfg, self.device)
-        check_divisibility(cfg, self.world_size)
+        self.batch_plan = BatchPlan.from_config(cfg, self.world_size)
+        self.batch_plan.check()
         self.offload = offload_enabled(cfg)
         if self.offload and self.device == "cpu":
             log.warning("offload (actor/ref/critic.offload_*) has no effect on a CPU worker: the models already live "
@@ -128,13 +113,16 @@ class Trainer:
         start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
         cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
         gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
-        self.workers = WorkerGroup(ActorRolloutRefWorker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                   {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share)
+        worker_kwargs = {"config": to_dict(cfg), "model_path": self.model_path, "batch_plan": self.batch_plan}
+        self.workers = WorkerGroup(actor_worker, self.world_size, self.device == "cuda", cpus_per_worker,
+                                   worker_kwargs, gpu_fraction=gpu_share)
         self.worker_info = self.workers.info()
         self.critic: Optional[WorkerGroup] = None
         if self.use_critic:  # PPO: a value model per rank, next to the actor's
-            self.critic = WorkerGroup(CriticWorker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                      {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share)
+            if critic_worker is None:
+                raise ValueError("algorithm.adv_estimator=gae needs a critic worker class")
+            self.critic = WorkerGroup(critic_worker, self.world_size, self.device == "cuda", cpus_per_worker,
+                                      worker_kwargs, gpu_fraction=gpu_share)
         self.pool = make_pool(cfg.reward)
         self._resume()
 
@@ -201,8 +189,8 @@ class Trainer:
             sampling_metrics: Dict[str, float] = {}
             if alg.dynamic_sampling:  # DAPO: train only on groups whose rewards differ; refill from more prompts
                 rnd, sampling_metrics = refill_informative_groups(
-                    rnd, lambda: self.sample_round(timer), n, cfg.data.train_batch_size, alg.max_resample_rounds,
-                    self.world_size, cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size)
+                    rnd, lambda: self.sample_round(timer), n, self.batch_plan.prompts_per_step, alg.max_resample_rounds,
+                    self.world_size, self.batch_plan.mini_batch_prompts)
             prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
             batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
                                     self.tokenizer.pad_token_id)
@@ -210,6 +198,8 @@ class Trainer:
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
                                       gen["finish_reason"])
             metrics.update(sampling_metrics)
+            verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
+            metrics.update(per_verifier_metrics(verifiers, [r.score for r in results], [r.correct for r in results]))
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
@@ -230,9 +220,8 @@ class Trainer:
             with timer("advantages"):
                 token_rewards = None
                 if alg.kl_in_reward:
-                    last = (mask.sum(-1).long() - 1).clamp(min=0)
-                    token_rewards = -alg.kl_coef * kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator) * mask
-                    token_rewards[torch.arange(len(scores)), last] += scores
+                    token_rewards = kl_shaped_token_rewards(
+                        scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator), mask, alg.kl_coef)
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
                 adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
                                                   group_index=group_index, token_rewards=token_rewards,
@@ -250,6 +239,9 @@ class Trainer:
                 with timer("weight_sync"):
                     sync = self.workers.sync_weights()
                 metrics["weight_sync/bytes"] = sync[0]["bytes"]
+            else:
+                with timer("wake"):  # no new weights: the engine comes back as it was
+                    self.workers.wake_engine()
             if cfg.rollout.check_weight_sync:
                 metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
         metrics.update(self.pool.pop_stats())
@@ -266,6 +258,7 @@ class Trainer:
         if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
             self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
                                       "response": gen["response_text"][j], "reward": results[j].score,
+                                      "verifier": verifiers[j],
                                       "reason": results[j].info.get("reason", "")}
                                      for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics

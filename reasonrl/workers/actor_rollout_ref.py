@@ -1,8 +1,10 @@
 """ActorRolloutRef: one data-parallel rank of the hybrid engine.
 
 It holds the FSDP2-sharded actor (with its optimizer), the rollout engine colocated in the same process, and the
-reference policy. All phase switching lives here: wake the engine before rollout, sleep it around training, stream
-the new weights into the engine after each update.
+reference policy. All phase switching lives here, each phase a method the trainer calls: ``sleep_engine`` before
+training, ``sync_weights`` after an update (wakes the engine's weights, loads the new ones, wakes its KV cache), or
+``wake_engine`` when a step skips the update. ``generate`` never wakes the engine: the engine owns its sleep state
+(``asleep_parts``) and refuses to generate while asleep.
 
 Offload (``actor.offload_params``, ``actor.offload_optimizer``, ``ref.offload_params``): a model lives in CPU memory
 except inside the phases that use it: the actor's shards (and gradients) during old log-probs, the update and a
@@ -17,17 +19,18 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 
 from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
 from reasonrl.config import from_dict
+from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import response_log_probs
-from reasonrl.rollout import SamplingParams, make_rollout_engine
+from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
@@ -39,9 +42,11 @@ log = logging.getLogger(__name__)
 
 class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0) -> None:
+                 master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
+        # The trainer's plan (mini-/micro-batch sizes); built from the same config when the worker stands alone.
+        self.batch_plan = batch_plan or BatchPlan.from_config(self.cfg, world_size)
         self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         self.model_path = model_path
@@ -77,7 +82,6 @@ class ActorRolloutRefWorker:
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
-        self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BATCH)
@@ -85,7 +89,6 @@ class ActorRolloutRefWorker:
         """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
-        self._wake_engine()
         params = SamplingParams(**sampling)
         results = self.engine.generate(prompts["prompt_ids"], params)
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
@@ -100,31 +103,35 @@ class ActorRolloutRefWorker:
                 meta["prompt_row"].append(i)
         return Batch(meta=meta)
 
-    def _wake_engine(self, parts=("weights", "kv_cache")) -> None:
-        """Re-allocate what ``sleep_engine`` freed: weights before a sync, then the KV cache before rollout."""
-        parts = [p for p in parts if p in self.engine_asleep]
+    @dispatch(ONE_TO_ALL)
+    def sleep_engine(self) -> float:
+        """Free the engine's weights and KV cache while the actor trains (vLLM on GPU with
+        ``rollout.free_cache_engine``; elsewhere a no-op: ``supports_sleep`` is False). Seconds taken."""
+        start = time.perf_counter()
+        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine.asleep_parts:
+            self.engine.sleep()
+        return time.perf_counter() - start
+
+    @dispatch(ONE_TO_ALL)
+    def wake_engine(self) -> float:
+        """Bring back all the engine freed without new weights (a step whose actor update is skipped). After an
+        update ``sync_weights`` wakes it instead. Seconds taken."""
+        start = time.perf_counter()
+        self._wake_engine(SLEEP_PARTS)
+        return time.perf_counter() - start
+
+    def _wake_engine(self, parts) -> None:
+        parts = [p for p in parts if p in self.engine.asleep_parts]
         if not parts:
             return
         if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its memory
             torch.cuda.empty_cache()
         self.engine.wake_up(parts)
-        self.engine_asleep.difference_update(parts)
-
-    @dispatch(ONE_TO_ALL)
-    def sleep_engine(self) -> float:
-        """Free the engine's weights and KV cache while the actor trains (vLLM on GPU). On CPU vLLM has no sleep
-        mode, so the engine keeps its memory and this is a no-op (``supports_sleep`` is False)."""
-        start = time.perf_counter()
-        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine_asleep:
-            self.engine.sleep()
-            self.engine_asleep = {"weights", "kv_cache"}
-        return time.perf_counter() - start
 
     # ------------------------------------------------------------------ log-probs
     def _forward_batches(self, model, batch: Batch, with_entropy: bool):
-        size = self.cfg.actor.micro_batch_size_per_worker
         out_lp, out_ent = [], []
-        for mb in batch.split(size):
+        for mb in batch.split(self.batch_plan.micro_batch_rows):
             mb = mb.to(self.device)
             lp, ent = response_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
                                          mb["responses"], with_entropy)
@@ -165,8 +172,7 @@ class ActorRolloutRefWorker:
     def _update_actor(self, batch: Batch) -> Dict[str, float]:
         a, alg = self.cfg.actor, self.cfg.algorithm
         self.actor.train()
-        n_mini = len(batch) * self.world_size // self._mini_batch_rows()
-        minis = batch.chunk(max(1, n_mini))
+        minis = batch.chunk(self.batch_plan.mini_batches_for(len(batch)))
         sums: Dict[str, float] = {}
         counts: Dict[str, int] = {}
 
@@ -175,14 +181,14 @@ class ActorRolloutRefWorker:
             counts[key] = counts.get(key, 0) + 1
 
         norm_length = self.cfg.rollout.max_new_tokens
-        for _ in range(a.ppo_epochs):
+        for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
                 if alg.loss_agg_mode == "token-mean":
                     global_denom = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
                 else:
                     global_denom = all_reduce_sum(len(mini), self.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in mini.split(a.micro_batch_size_per_worker):
+                for mb in mini.split(self.batch_plan.micro_batch_rows):
                     mb = mb.to(self.device)
                     mask = mb["response_mask"]
                     local_denom = mask.sum().item() if alg.loss_agg_mode == "token-mean" else len(mb)
@@ -224,18 +230,15 @@ class ActorRolloutRefWorker:
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
 
-    def _mini_batch_rows(self) -> int:
-        prompts = self.cfg.actor.ppo_mini_batch_size or self.cfg.data.train_batch_size
-        return prompts * self.cfg.rollout.n
-
     # ------------------------------------------------------------------ weight sync
     @dispatch(ONE_TO_ALL)
     def sync_weights(self) -> Dict[str, float]:
-        """Stream the actor's parameters as full tensors, in buckets, into the colocated engine."""
+        """Stream the actor's parameters as full tensors, in buckets, into the colocated engine; a sleeping engine
+        is woken on the way (weights, then the KV cache), so it is ready to generate afterwards."""
         from reasonrl.rollout.weight_sync import iter_buckets
 
         start = time.perf_counter()
-        self._wake_engine(("weights",))
+        self._wake_engine(("weights",))  # the weights first: the KV cache takes its memory after the update
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
         dtype = self.compute_dtype
         moved = 0
@@ -244,9 +247,7 @@ class ActorRolloutRefWorker:
         for bucket in iter_buckets(iter_full_params(self.actor, self.device, dtype), bucket_bytes):
             self.engine.update_weights(bucket)
             moved += sum(t.numel() * t.element_size() for _, t in bucket)
-        finish = getattr(self.engine, "finish_weight_update", None)
-        if finish is not None:  # vLLM on CPU: close the layerwise reload session (repacks the last layers)
-            finish()
+        self.engine.finish_weight_update()  # vLLM on CPU: closes the layerwise reload session (repacks layers)
         self._wake_engine(("kv_cache",))
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 import torch.distributed as dist
 
 from reasonrl.algorithms import explained_variance, masked_mean, value_loss
 from reasonrl.config import from_dict
+from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import torch_dtype
 from reasonrl.models.value_head import ValueModel, load_value_state_dict, response_values
@@ -37,9 +38,11 @@ class CriticWorker:
     """Same constructor as ``ActorRolloutRefWorker`` so one ``WorkerGroup`` recipe builds either."""
 
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0) -> None:
+                 master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
+        # The trainer's plan: the same mini- and micro-batches as the actor.
+        self.batch_plan = batch_plan or BatchPlan.from_config(self.cfg, world_size)
         self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         c = self.cfg.critic
@@ -70,7 +73,7 @@ class CriticWorker:
         self.model.eval()
         with self.offload.on_device():
             out = [self._values(mb.to(self.device)).cpu()
-                   for mb in batch.split(self.cfg.actor.micro_batch_size_per_worker)]
+                   for mb in batch.split(self.batch_plan.micro_batch_rows)]
         return Batch({"values": torch.cat(out)})
 
     # ------------------------------------------------------------------ update
@@ -90,8 +93,7 @@ class CriticWorker:
             if key not in batch:
                 raise KeyError(f"update_critic needs '{key}' in the batch")
         self.model.train()
-        mini_rows = (a.ppo_mini_batch_size or self.cfg.data.train_batch_size) * self.cfg.rollout.n
-        minis = batch.chunk(max(1, len(batch) * self.world_size // mini_rows)) if len(batch) else []
+        minis = batch.chunk(self.batch_plan.mini_batches_for(len(batch))) if len(batch) else []
         sums: Dict[str, float] = {}
         counts: Dict[str, int] = {}
 
@@ -99,11 +101,11 @@ class CriticWorker:
             sums[key] = sums.get(key, 0.0) + float(value)
             counts[key] = counts.get(key, 0) + 1
 
-        for _ in range(a.ppo_epochs):
+        for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
                 global_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in mini.split(a.micro_batch_size_per_worker):
+                for mb in mini.split(self.batch_plan.micro_batch_rows):
                     mb = mb.to(self.device)
                     mask = mb["response_mask"]
                     weight = mask.sum().item() / max(global_tokens, 1e-8) * self.world_size

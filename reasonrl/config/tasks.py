@@ -1,0 +1,89 @@
+"""The task registry: every fact about a built-in task, in one place.
+
+A task is a dataset recipe plus how its responses are asked for, how long they may be and which verifier scores
+them. The rest of the code reads this table: ``task=NAME`` presets (``reasonrl.config.presets``), the data files
+(``reasonrl.datasets.task_files``), the data_source -> verifier fallback (``reasonrl.rewards``), the docs.
+
+The registry only supplies defaults. Which verifier scores a row is the row's own choice (its ``verifier`` column,
+else its ``data_source`` looked up here), unless the user forces one with ``reward.verifier=``; so a training file
+that mixes tasks is scored row by row (docs/tasks.md).
+
+Plain data, no imports beyond the standard library: config is read by every layer, verifier processes included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Task:
+    """One built-in task."""
+
+    name: str
+    """What ``task=`` takes."""
+    recipe: str
+    """The recipe module under ``reasonrl.datasets`` that writes its parquet."""
+    train_split: str
+    """The recipe's split trained on."""
+    val_split: str
+    """The recipe's split validated (and by default evaluated) on."""
+    verifier: str
+    """The registered verifier that scores its rows (the default: a row's ``verifier`` column wins)."""
+    data_sources: Tuple[str, ...]
+    """``data_source`` values that mean this task, for rows without a ``verifier`` column (verl-style data)."""
+    prompt_format: str
+    """What the prompt asks the response to end with (the recipe writes the instruction; the verifier reads it)."""
+    max_new_tokens: int
+    """Generation length of the task preset (``rollout.max_new_tokens``)."""
+    verify_timeout_s: Optional[float] = None
+    """``reward.timeout_s`` of the task preset (None: the schema default); code and proofs need longer."""
+
+
+TASKS: Dict[str, Task] = {t.name: t for t in (
+    # Grade-school math: numeric answers after '####' in the gold.
+    Task("gsm8k", "gsm8k", "train", "test", "math", ("openai/gsm8k", "gsm8k"),
+         "reasoning, then the final answer in \\boxed{}", 512),
+    # MATH: LaTeX answers; trains on MATH train, validates on MATH-500.
+    Task("math", "math", "train", "test", "math",
+         ("math", "hendrycks_math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval"),
+         "reasoning, then the final answer in \\boxed{}", 1024),
+    # MATH-500 alone (train and validate on it: for evaluation, `python -m reasonrl.eval task=math500`).
+    Task("math500", "math", "test", "test", "math", ("math500", "HuggingFaceH4/MATH-500"),
+         "reasoning, then the final answer in \\boxed{}", 1024),
+    # Generated two-number arithmetic: small, fast, partly solvable by tiny models.
+    Task("arith", "arith", "train", "test", "math", ("arith",), "the answer in \\boxed{}", 64),
+    # Code: the response's ```python block runs against the row's tests in a sandbox.
+    Task("mbpp", "mbpp", "train", "test", "code", ("mbpp",), "a ```python code block", 512, 30.0),
+    Task("humaneval", "humaneval", "test", "test", "code", ("humaneval", "openai_humaneval"),
+         "a ```python code block", 512, 30.0),
+    # Lean 4 proofs (needs a Lean REPL).
+    Task("minif2f", "minif2f", "valid", "test", "lean", ("minif2f",), "the whole theorem in a ```lean4 block",
+         1024, 120.0),
+)}
+
+
+def get_task(name: str) -> Task:
+    """The registered task ``name``; a KeyError that lists the known ones otherwise."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}")
+    return TASKS[name]
+
+
+DATA_SOURCE_VERIFIERS: Dict[str, str] = {source: t.verifier for t in TASKS.values() for source in t.data_sources}
+"""data_source -> verifier, derived from the table above."""
+
+
+def verifier_for_data_source(source: str) -> Optional[str]:
+    """The verifier of the task that ``source`` belongs to (None: no task claims it)."""
+    return DATA_SOURCE_VERIFIERS.get(source)
+
+
+def task_preset(name: str) -> Dict[str, Dict[str, object]]:
+    """The config values ``task=name`` sets (beneath algorithm presets, the size profile and the user's keys).
+    It sets no ``reward.verifier``: rows choose their own verifier."""
+    task = get_task(name)
+    preset: Dict[str, Dict[str, object]] = {"rollout": {"max_new_tokens": task.max_new_tokens}}
+    if task.verify_timeout_s is not None:
+        preset["reward"] = {"timeout_s": task.verify_timeout_s}
+    return preset
