@@ -315,4 +315,5 @@ class ActorRolloutRefWorker:
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
         return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep}
+                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep,
+                "engine_start_s": getattr(self.engine, "start_s", None)}
