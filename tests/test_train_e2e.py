@@ -130,6 +130,13 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [1, 2]
+    # Start-up phases come with the first step only (printed once); the engine start is part of the workers' start.
+    startup = {k.split("/", 1)[1]: v for k, v in rows[0].items() if k.startswith("startup_s/")}
+    assert {"model_resolution", "data", "ray_start", "workers_up", "engine_start", "first_rollout",
+            "first_step"} <= set(startup), startup
+    assert 0 < startup["engine_start"] < startup["workers_up"]
+    assert not any(k.startswith("startup_s/") for k in rows[1]) and proc.stdout.count("start-up:") == 1
+    assert "(CPU default; GPU would be false (CUDA graphs))" in proc.stdout  # rollout.enforce_eager, auto
     for r in rows:
         assert r["timing_s/weight_sync"] > 0 and r["weight_sync/bytes"] > 0
         # vLLM (fp32 on CPU) scores the sequence with the synced weights: the actor's numbers within fp32 noise.

@@ -74,8 +74,9 @@ def convert_packaged_gguf(target: Optional[Path] = None) -> Path:
 
 
 def resolve_model_path(path: str) -> str:
-    """A local directory for ``path``: itself when it is a directory; the converted packaged model for the
-    default SmolLM2 id when the Hub is off (or unreachable); otherwise the hub id (transformers downloads it)."""
+    """A local directory for ``path``: itself when it is a directory; for the default SmolLM2 id, the Hub's copy
+    (the cached one without asking the Hub when there is one) or, when the Hub is off or unreachable, the packaged
+    model converted once; otherwise the hub id (transformers downloads it)."""
     if os.path.isdir(path):
         return path
     if path in PACKAGED_ALIASES:
@@ -83,7 +84,11 @@ def resolve_model_path(path: str) -> str:
             try:
                 from huggingface_hub import snapshot_download
 
-                return snapshot_download(DEFAULT_MODEL, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+                patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
+                try:  # a copy already downloaded: no round trip to the Hub at each launch
+                    return snapshot_download(DEFAULT_MODEL, allow_patterns=patterns, local_files_only=True)
+                except Exception:  # noqa: BLE001  (not cached yet)
+                    return snapshot_download(DEFAULT_MODEL, allow_patterns=patterns)
             except Exception as exc:  # no network: fall back to the packaged copy
                 log.warning("Hub unreachable for %s (%s); using the packaged GGUF", DEFAULT_MODEL, type(exc).__name__)
         return str(convert_packaged_gguf())

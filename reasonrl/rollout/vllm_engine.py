@@ -27,7 +27,9 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple  # noqa: E402
 
 import torch  # noqa: E402
 
+from reasonrl.config.device_defaults import enforce_eager_for  # noqa: E402
 from reasonrl.config.schema import RolloutConfig  # noqa: E402
+from reasonrl.rollout import vllm_compat  # noqa: E402
 from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
 
@@ -44,69 +46,6 @@ class _ParameterlessLayerFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.msg == "%s: Failed to load weights" and record.args
                     and "Rotary" in str(record.args[0]))
-
-
-# --- functions run on vLLM's worker through collective_rpc (in-process: tensors pass by reference) ---
-
-def _worker_model(worker) -> torch.nn.Module:
-    return worker.model_runner.get_model()
-
-
-def _worker_load_direct(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
-    """GPU path: copy into the live parameters with the model's own HF-name-aware loader."""
-    return len(_worker_model(worker).load_weights(weights) or ())
-
-
-def _worker_reload_begin(worker) -> None:
-    """CPU path: put every layer back into its checkpoint layout and buffer loads per layer."""
-    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-    initialize_layerwise_reload(_worker_model(worker))
-
-
-def _worker_reload_bucket(worker, weights: List[Tuple[str, torch.Tensor]]) -> int:
-    """CPU path: feed one bucket; each layer whose parts are now complete is repacked at once."""
-    from vllm.config import set_current_vllm_config
-
-    with set_current_vllm_config(worker.vllm_config):
-        return len(_worker_model(worker).load_weights(weights) or ())
-
-
-def _worker_reload_finish(worker) -> List[str]:
-    """CPU path: end the reload session. Layers that got no new weights get their old kernel tensors back
-    (vLLM's finalize). A fused linear layer that got only some of its parts (q and k but no v) would be
-    processed with uninitialized memory for the rest, so it keeps its old weights too; its name is returned."""
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.linear import LinearBase
-    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-    from vllm.model_executor.model_loader.reload.layerwise import _place_kernel_tensors, get_layerwise_info
-
-    model = _worker_model(worker)
-    incomplete = []
-    for name, layer in model.named_modules():
-        info = get_layerwise_info(layer)
-        if isinstance(layer, LinearBase) and info.can_load() and 0 < info.load_numel < info.load_numel_total:
-            incomplete.append(f"{name} ({info.load_numel}/{info.load_numel_total} elements)")
-            _place_kernel_tensors(layer, info)  # back to the untouched (old) kernel tensors
-            info.reset()
-    with set_current_vllm_config(worker.vllm_config):
-        finalize_layerwise_reload(model, worker.model_config)
-        _retie_output_head(model, worker.model_config)
-    return incomplete
-
-
-def _retie_output_head(model, model_config) -> None:
-    """CPU path: with tied word embeddings the output head shares the embedding's weight, and gets none of its own
-    from a checkpoint. The reload gives ``embed_tokens`` a new weight tensor, which breaks the tie (the head would
-    keep scoring with the old embedding): tie it again and re-pack the head's CPU GEMM from the new weight."""
-    if not getattr(model_config.hf_config, "tie_word_embeddings", False):
-        return
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is None or embed is None or head is embed or not hasattr(head, "tie_weights"):
-        return
-    head.tie_weights(embed)
-    head.quant_method.process_weights_after_loading(head)
 
 
 class VLLMRolloutEngine:
@@ -136,14 +75,9 @@ class VLLMRolloutEngine:
         self._reload_names: set = set()  # HF names loaded in the open CPU reload session
         self._needs_cache_reset = False
         self.last_sync: dict = {}
-        kwargs = dict(model=model_path, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
-                      max_model_len=max_model_len, trust_remote_code=False)
-        if self.on_cpu:
-            # A set VLLM_CPU_KVCACHE_SPACE (whole GiB) overrides this: vLLM still honours the legacy variable.
-            kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * GIB)
-        else:
-            kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
-            kwargs["enable_sleep_mode"] = self.supports_sleep
+        kwargs = vllm_compat.engine_kwargs(
+            model_path, dtype, cfg.seed, enforce_eager_for(cfg.enforce_eager, device), max_model_len, self.on_cpu,
+            int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep)
         set_num_threads = torch.set_num_threads
         self.llm = LLM(**kwargs)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op, for the OpenMP core binding its
@@ -158,8 +92,6 @@ class VLLMRolloutEngine:
 
     def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
         """For each prompt, ``sampling.n`` completions (token ids, text, sampled-token log-probs, finish reason)."""
-        from vllm.inputs import TokensPrompt
-
         self._ready_for_use()
         if not prompt_token_ids:
             return []
@@ -170,28 +102,22 @@ class VLLMRolloutEngine:
                 raise ValueError(f"prompt {i} has {len(ids)} tokens; max_model_len is {self.max_model_len}")
         # vLLM refuses n > 1 at temperature 0; greedy samples are all alike, so ask n times for one each.
         copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
-        requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids for _ in range(copies)]
+        requests = [vllm_compat.tokens_prompt(ids) for ids in prompt_token_ids for _ in range(copies)]
         outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False)
         completions = [[self._completion(c) for c in out.outputs] for out in outputs]
         return [sum(completions[i * copies:(i + 1) * copies], []) for i in range(len(prompt_token_ids))]
 
     def _vllm_sampling(self, sampling: SamplingParams, n: int):
-        from vllm import SamplingParams as VSamplingParams
-
         # sampling.seed is not passed on: a per-request seed with n > 1 crashes vLLM on CPU; the engine is
         # seeded once at start-up (cfg.seed) instead.
-        return VSamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
-                               top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                               max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids),
-                               ignore_eos=sampling.ignore_eos, logprobs=0 if sampling.logprobs else None,
-                               skip_special_tokens=True)
+        return vllm_compat.sampling_params(n, sampling.temperature, sampling.top_p, sampling.top_k,
+                                           sampling.max_new_tokens, sampling.stop_token_ids, sampling.ignore_eos,
+                                           bool(sampling.logprobs))
 
     @staticmethod
     def _completion(out) -> Completion:
         token_ids = list(out.token_ids)
-        # logprobs=0 returns, per position, a dict holding just the sampled token (raw log-probs: before
-        # temperature / top-p / top-k).
-        logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs or [], token_ids)]
+        logprobs = vllm_compat.sampled_logprobs(out)
         reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
         return Completion(token_ids=token_ids, text=out.text, logprobs=logprobs, finish_reason=reason)
 
@@ -199,9 +125,6 @@ class VLLMRolloutEngine:
         """Log-probabilities (temperature 1) of each response token given its prompt under the engine's
         current weights, from vLLM's prompt log-probs of prompt + response (same signature as the hf
         engine's); the engine side of ``weight_sync.sequence_logprobs_check``."""
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
-
         self._ready_for_use()
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -209,13 +132,11 @@ class VLLMRolloutEngine:
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty: the first token has no log-prob")
         wanted = [i for i, r in enumerate(responses) if r]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i]) + list(responses[i])) for i in wanted],
-                                 VSamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False) if wanted else []
+        outs = self.llm.generate([vllm_compat.tokens_prompt(list(prompts[i]) + list(responses[i])) for i in wanted],
+                                 vllm_compat.prompt_logprob_params(), use_tqdm=False) if wanted else []
         result: List[List[float]] = [[] for _ in prompts]
         for i, out in zip(wanted, outs):
-            # prompt_logprobs[j] is log p(token j | tokens < j) (None at j = 0)
-            steps = out.prompt_logprobs[len(prompts[i]):]
-            result[i] = [float(step[tok].logprob) for step, tok in zip(steps, responses[i])]
+            result[i] = vllm_compat.prompt_logprobs_of(out, len(prompts[i]), responses[i])
         return result
 
     # ------------------------------------------------------------------ weight sync
@@ -239,15 +160,15 @@ class VLLMRolloutEngine:
             if self._reload_open and names & self._reload_names:
                 self.finish_weight_update()  # a name seen again starts the next sync: close this one
             if not self._reload_open:
-                self.llm.collective_rpc(_worker_reload_begin)
+                self.llm.collective_rpc(vllm_compat.worker_reload_begin)
                 self._reload_open, self._reload_names = True, set()
                 self.last_sync = {"tensors": 0, "bytes": 0, "buckets": 0}
             self._reload_names |= names
-            self.llm.collective_rpc(_worker_reload_bucket, args=(weights,))
+            self.llm.collective_rpc(vllm_compat.worker_reload_bucket, args=(weights,))
         else:
             if not self._needs_cache_reset:
                 self.last_sync = {"tensors": 0, "bytes": 0, "buckets": 0}
-            self.llm.collective_rpc(_worker_load_direct, args=(weights,))
+            self.llm.collective_rpc(vllm_compat.worker_load_direct, args=(weights,))
         self._needs_cache_reset = True
         self.last_sync["tensors"] += len(weights)
         self.last_sync["bytes"] += sum(tensor_nbytes(t) for _, t in weights)
@@ -261,7 +182,7 @@ class VLLMRolloutEngine:
         (e.g. q and k but no v): such a layer keeps its old weights."""
         incomplete: List[str] = []
         if self._reload_open:
-            incomplete = self.llm.collective_rpc(_worker_reload_finish)[0]
+            incomplete = self.llm.collective_rpc(vllm_compat.worker_reload_finish)[0]
             self._reload_open, self._reload_names = False, set()
         if self._needs_cache_reset:
             self.llm.reset_prefix_cache()  # prefix-cached KV was computed with the old weights
@@ -297,7 +218,7 @@ class VLLMRolloutEngine:
         sync weights before the KV cache takes its memory (None: both). CPU: no-op."""
         if not self.supports_sleep:
             return
-        self.llm.wake_up(tags=tags)
+        vllm_compat.wake_up(self.llm, tags)
         self._asleep -= set(tags) if tags is not None else set(SLEEP_PARTS)
         if not self._asleep:
             self.llm.reset_prefix_cache()
@@ -306,7 +227,5 @@ class VLLMRolloutEngine:
         """Release the engine (tests and benchmarks that start another one in the same process)."""
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
-            engine_core = getattr(llm.llm_engine, "engine_core", None)
-            if engine_core is not None and hasattr(engine_core, "shutdown"):
-                engine_core.shutdown()
+            vllm_compat.shutdown(llm)
             del llm

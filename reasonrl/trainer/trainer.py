@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -18,6 +19,7 @@ from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token
                                  overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
@@ -83,6 +85,8 @@ class Trainer:
     def __init__(self, cfg: Config, actor_worker: type, critic_worker: Optional[type] = None) -> None:
         self.cfg = cfg
         self.device = resolve_device(cfg)
+        apply_device_defaults(cfg, self.device)  # rollout.enforce_eager=None -> the device's default
+        self.startup = PhaseTimer()  # startup_s/<phase>: logged with the first step, printed once
         self.world_size = world_size_for(cfg, self.device)
         self.batch_plan = BatchPlan.from_config(cfg, self.world_size)
         self.batch_plan.check()
@@ -92,13 +96,15 @@ class Trainer:
                         "in CPU memory")
         self.run_dir = Path(cfg.trainer.output_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.model_path = resolve_model_path(cfg.model.path)
-        self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
-        self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
-                                        cfg.data.max_prompt_length, cfg.data.apply_chat_template,
-                                        cfg.data.system_prompt)
-        self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, cfg.trainer.seed,
-                                    cfg.data.shuffle)
+        with self.startup("model_resolution"):
+            self.model_path = resolve_model_path(cfg.model.path)
+            self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
+        with self.startup("data"):
+            self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
+                                            cfg.data.max_prompt_length, cfg.data.apply_chat_template,
+                                            cfg.data.system_prompt)
+            self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, cfg.trainer.seed,
+                                        cfg.data.shuffle)
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
         from reasonrl.logging import make_logger  # before the workers: a bad logger fails before any model loads
@@ -110,13 +116,18 @@ class Trainer:
         self.use_critic = cfg.algorithm.adv_estimator == "gae"
         # The critic is colocated: its ranks time-share the actor ranks' cores (phases never overlap), so Ray is told
         # of twice the cores to place both groups.
-        start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
+        with self.startup("ray_start"):
+            start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
         cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
         gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
         worker_kwargs = {"config": to_dict(cfg), "model_path": self.model_path, "batch_plan": self.batch_plan}
-        self.workers = WorkerGroup(actor_worker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                   worker_kwargs, gpu_fraction=gpu_share)
-        self.worker_info = self.workers.info()
+        with self.startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
+            self.workers = WorkerGroup(actor_worker, self.world_size, self.device == "cuda", cpus_per_worker,
+                                       worker_kwargs, gpu_fraction=gpu_share)
+            self.worker_info = self.workers.info()
+        engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
+        if engine_starts:
+            self.startup.seconds["engine_start"] = max(engine_starts)
         self.critic: Optional[WorkerGroup] = None
         if self.use_critic:  # PPO: a value model per rank, next to the actor's
             if critic_worker is None:
@@ -165,6 +176,9 @@ class Trainer:
             while self.step < t.total_steps:
                 metrics = self.train_step()
                 self.step += 1
+                if self.startup is not None:  # the first step of this process: how long start-up took
+                    metrics.update(self._startup_metrics(metrics))
+                    self.startup = None
                 if t.val_every and self.step % t.val_every == 0:
                     metrics.update(self.validate())
                 self.logger.log(metrics, self.step)
@@ -179,6 +193,21 @@ class Trainer:
             raise
         finally:
             bar.close()
+
+    def _startup_metrics(self, first_step: Dict[str, Any]) -> Dict[str, float]:
+        """``startup_s/<phase>`` (model_resolution, data, ray_start, workers_up, engine_start, first_rollout,
+        first_step) and ``startup_s/launch_to_first_step`` (from the process start), printed once."""
+        out = {f"startup_s/{k}": v for k, v in self.startup.seconds.items()}
+        out["startup_s/first_rollout"] = float(first_step.get("timing_s/rollout", 0.0))
+        out["startup_s/first_step"] = float(first_step.get("timing_s/step", 0.0))
+        try:
+            import psutil
+
+            out["startup_s/launch_to_first_step"] = time.time() - psutil.Process().create_time()
+        except ImportError:
+            pass
+        print("start-up: " + ", ".join(f"{k.split('/', 1)[1]} {v:.1f}s" for k, v in out.items()), flush=True)
+        return out
 
     def train_step(self) -> Dict[str, Any]:
         cfg, alg = self.cfg, self.cfg.algorithm

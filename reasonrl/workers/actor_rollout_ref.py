@@ -80,8 +80,10 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
+        started = time.perf_counter()
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
+        self.engine_start_s = time.perf_counter() - started  # the trainer's startup_s/engine_start
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BATCH)
@@ -316,4 +318,5 @@ class ActorRolloutRefWorker:
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
         return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep}
+                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep,
+                "engine_start_s": self.engine_start_s}
