@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.trainer.checkpoint import (CheckpointError, drop_metrics_after, list_checkpoints, save_checkpoint,
+from reasonrl.trainer.checkpoint import (CheckpointError, drop_rows_after, list_checkpoints, save_checkpoint,
                                          usable_checkpoint, verify_checkpoint)
 
 
@@ -60,10 +60,10 @@ def test_metrics_rows_after_the_resumed_step_are_dropped_in_place(tmp_path):
     rows = [{"step": 0, "val/accuracy": 0.1}, {"step": 1, "x": 1}, {"step": 2, "x": 2}, {"step": 3, "x": 3}]
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "x"')  # torn last line
     appender = open(metrics, "a")  # the logger holds the file open in append mode while resume cuts it
-    assert drop_metrics_after(metrics, 2) == 2  # step 3 and the torn row
+    assert drop_rows_after(metrics, 2) == 2  # step 3 and the torn row
     appender.write(json.dumps({"step": 3, "x": 33}) + "\n")
     appender.close()
     got = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in got] == [0, 1, 2, 3] and got[-1]["x"] == 33
-    assert drop_metrics_after(metrics, 3) == 0
-    assert drop_metrics_after(tmp_path / "absent.jsonl", 0) == 0
+    assert drop_rows_after(metrics, 3) == 0
+    assert drop_rows_after(tmp_path / "absent.jsonl", 0) == 0

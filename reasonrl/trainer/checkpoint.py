@@ -142,9 +142,10 @@ def usable_checkpoint(output_dir: str) -> Optional[Path]:
     return None
 
 
-def drop_metrics_after(metrics_file: Path, step: int) -> int:
-    """Remove the rows of ``metrics.jsonl`` logged for steps after ``step`` (a run killed after logging a step but
-    before its checkpoint was complete logs that step again on resume), and a torn last line. The file is cut in
+def drop_rows_after(metrics_file: Path, step: int) -> int:
+    """Remove the rows of a per-step JSON Lines file (``metrics.jsonl``, ``samples.jsonl``) logged for steps after
+    ``step`` (a run killed after logging a step but before its checkpoint was complete logs that step again on
+    resume), and a torn last line. The file is cut in
     place, so a logger that holds it open in append mode keeps writing to it. Returns the rows removed."""
     metrics_file = Path(metrics_file)
     if not metrics_file.exists():

@@ -27,7 +27,7 @@ from reasonrl.workers.critic import CriticWorker
 
 from reasonrl.fault_points import fault_point
 
-from .checkpoint import drop_metrics_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
+from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
 from .interrupt import stop_at_step_boundary
 from .watchdog import PhaseWatchdog
@@ -145,7 +145,7 @@ class Trainer:
     # ------------------------------------------------------------------ set-up
     def _resume(self) -> None:
         """Continue from the newest checkpoint whose files verify (``trainer.resume=auto``) or the one named; rows of
-        ``metrics.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint completed) are
+        ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint completed) are
         dropped, so every step is logged once."""
         mode = self.cfg.trainer.resume
         if mode == "never":
@@ -165,10 +165,11 @@ class Trainer:
             self.workers.sync_weights()
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
-        dropped = drop_metrics_after(self.run_dir / "metrics.jsonl", self.step)
-        if dropped:
-            print(f"dropped {dropped} metrics.jsonl row(s) logged after step {self.step} by the interrupted run",
-                  flush=True)
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            dropped = drop_rows_after(self.run_dir / name, self.step)
+            if dropped:
+                print(f"dropped {dropped} {name} row(s) logged after step {self.step} by the interrupted run",
+                      flush=True)
 
     def sampling(self, validation: bool = False) -> Dict[str, Any]:
         r = self.cfg.rollout
