@@ -1,7 +1,7 @@
 """The real ``python -m reasonrl.eval`` on the first GSM8K test problems with SmolLM2-135M on CPU (hf engine).
 
-One run is interrupted with SIGINT right after its first batch is on disk (a fault point, REASONRL_FAULT_AT); the same command then resumes from the stored
-samples, and a third run finds everything done and generates nothing.
+One run is interrupted with SIGINT right after its first batch is on disk (a fault point, REASONRL_FAULT_AT); the
+same command then resumes from the stored samples, and a third run finds everything done and generates nothing.
 """
 import json
 import os

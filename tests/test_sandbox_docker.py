@@ -159,7 +159,8 @@ def test_containers_do_not_outlive_a_killed_owner(box):
                 c.wait(condition="removed", timeout=120)
             except docker.errors.NotFound:  # already removed
                 pass
-    owners = [c.labels.get("reasonrl.owner") for c in box.client.containers.list(all=True, filters={"label": "reasonrl.sandbox"})]
+    owners = [c.labels.get("reasonrl.owner")
+              for c in box.client.containers.list(all=True, filters={"label": "reasonrl.sandbox"})]
     assert all(o == box.owner for o in owners)
 
 

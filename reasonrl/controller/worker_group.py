@@ -145,8 +145,8 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     """Start (or join) Ray once, passing this process's environment on to the workers."""
     if ray.is_initialized():
         return
-    env_keys = ("HF_HUB_OFFLINE", "REASONRL_FAULT_AT", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME")
+    env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
+                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME", "REASONRL_FAULT_AT")
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -91,7 +91,8 @@ def file_digest(path: Path) -> str:
 
 def write_manifest(directory: Path) -> None:
     """Record the size and SHA-256 of every file under ``directory`` (hashing reads each file once)."""
-    files = sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name not in (MANIFEST, "trainer_state.json"))
+    files = sorted(p for p in Path(directory).rglob("*")
+                   if p.is_file() and p.name not in (MANIFEST, "trainer_state.json"))
     manifest = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
     with open(Path(directory) / MANIFEST, "w") as f:
         json.dump(manifest, f, indent=1)

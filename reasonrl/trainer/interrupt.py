@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -32,8 +33,12 @@ class StopRequest:
 
 @contextmanager
 def stop_at_step_boundary() -> Iterator[StopRequest]:
-    """Install the SIGINT/SIGTERM handlers for the duration of the block (main thread only)."""
+    """Install the SIGINT/SIGTERM handlers for the duration of the block (signals reach only the main thread:
+    elsewhere the block runs without them)."""
     stop = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
     previous = {s: signal.signal(s, stop._handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stop

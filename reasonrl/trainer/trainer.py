@@ -20,18 +20,17 @@ from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
 from reasonrl.datasets import task_files
+from reasonrl.fault_points import fault_point
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import make_pool, verify_item
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from reasonrl.workers.critic import CriticWorker
 
-from reasonrl.fault_points import fault_point
-
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
 from .interrupt import stop_at_step_boundary
-from .watchdog import PhaseWatchdog
 from .metrics import PhaseTimer, policy_metrics, rollout_metrics
+from .watchdog import PhaseWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +143,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _resume(self) -> None:
-        """Continue from the newest checkpoint whose files verify (``trainer.resume=auto``) or the one named; rows of
-        ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint completed) are
-        dropped, so every step is logged once."""
+        """Continue from the newest checkpoint whose files verify (``trainer.resume=auto``) or the one named; rows
+        of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint
+        was complete) are dropped, so every step is logged once."""
         mode = self.cfg.trainer.resume
         if mode == "never":
             return
