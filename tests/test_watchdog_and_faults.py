@@ -35,3 +35,21 @@ def test_fault_point_spec():
     for bad in ("group.generate=explode", "=sigint", "x#two=sigint"):
         with pytest.raises(ValueError, match="REASONRL_FAULT_AT"):
             parse(bad)
+
+
+def test_first_ctrl_c_asks_to_stop_the_second_aborts_and_handlers_are_restored():
+    import os
+    import signal
+
+    from reasonrl.trainer.interrupt import stop_at_step_boundary
+
+    before = signal.getsignal(signal.SIGINT)
+    with stop_at_step_boundary() as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: the loop would finish its step
+        assert stop.requested and stop.signal_name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs when the call returns
+    assert signal.getsignal(signal.SIGINT) is before
+    with stop_at_step_boundary() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signal_name == "SIGTERM"
