@@ -48,11 +48,6 @@ def list_checkpoints(output_dir: str) -> list:
     return [d for _, d in sorted(found)]
 
 
-def latest_checkpoint(output_dir: str) -> Optional[Path]:
-    found = list_checkpoints(output_dir)
-    return found[-1] if found else None
-
-
 def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], Any], trainer_state: Dict[str, Any],
                     config_yaml: str, keep: int = 0) -> Path:
     """Write a checkpoint for ``step`` atomically; ``write_workers(tmp_dir)`` lets the workers add their files."""
