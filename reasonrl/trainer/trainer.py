@@ -164,8 +164,9 @@ class Trainer:
             self.workers.sync_weights()
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
+        keep_through = self.step if ckpt is not None else -1  # no checkpoint: step 0's validation is redone too
         for name in ("metrics.jsonl", "samples.jsonl"):
-            dropped = drop_rows_after(self.run_dir / name, self.step)
+            dropped = drop_rows_after(self.run_dir / name, keep_through)
             if dropped:
                 print(f"dropped {dropped} {name} row(s) logged after step {self.step} by the interrupted run",
                       flush=True)
