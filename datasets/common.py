@@ -45,6 +45,8 @@ def check_row(row: Any, where: str) -> None:
     for j, msg in enumerate(prompt):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
             raise DataError(f"{where}: prompt message {j} needs string 'role' and 'content'")
+        if not msg["content"].strip():
+            raise DataError(f"{where}: prompt message {j} has an empty 'content'")
     rm = row["reward_model"]
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         raise DataError(f"{where}: 'reward_model' must hold a 'ground_truth'")

@@ -69,18 +69,40 @@ def main(argv: Optional[List[str]] = None) -> int:
             for p in problems:
                 print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
             return 3
+    from reasonrl.datasets import DataError
+    from reasonrl.models.loader import ModelNotFoundError
+    from reasonrl.trainer.checkpoint import CheckpointError
+    from reasonrl.trainer.interrupt import EXIT_INTERRUPTED
+    from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
+
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
     from reasonrl.workers.critic import CriticWorker
 
-    trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
+    try:
+        trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
+    except (DataError, ModelNotFoundError, CheckpointError) as exc:
+        print(f"reasonrl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("reasonrl: interrupted while starting; nothing was trained", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         trainer.fit()
+    except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
+        return EXIT_HUNG
+    except KeyboardInterrupt:  # a second Ctrl-C: the step in flight is dropped
+        print(f"reasonrl: aborted without saving; the last complete checkpoint is the resume point "
+              f"({trainer.run_dir / 'checkpoints'})", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         trainer.close()
+    if trainer.interrupted:
+        print(f"reasonrl: interrupted — step {trainer.step} saved in {trainer.run_dir / 'checkpoints'}; run the same "
+              "command again to resume", flush=True)
+        return EXIT_INTERRUPTED
     print(f"reasonrl: done — {trainer.step} steps; metrics in {trainer.run_dir / 'metrics.jsonl'}; "
           f"checkpoints in {trainer.run_dir / 'checkpoints'}", flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

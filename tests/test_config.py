@@ -74,3 +74,60 @@ def test_train_command_fails_fast_naming_the_key(arg, key):
     assert proc.returncode == 2
     assert key in proc.stderr and "config error" in proc.stderr
     assert "batch sizes" not in proc.stdout
+
+
+def test_every_numeric_field_has_a_range():
+    import dataclasses
+    import typing
+
+    from reasonrl.config.schema import FIELD_RANGES, Config
+
+    numeric = (int, float, typing.List[int], typing.List[float], typing.Optional[int], typing.Optional[float])
+    sections = typing.get_type_hints(Config)
+    keys = {f"{s.name}.{f.name}" for s in dataclasses.fields(Config) if dataclasses.is_dataclass(sections[s.name])
+            for f in dataclasses.fields(sections[s.name])
+            if typing.get_type_hints(sections[s.name])[f.name] in numeric}
+    assert keys - set(FIELD_RANGES) == set()  # a new numeric field needs its interval
+    assert set(FIELD_RANGES) - keys == set()  # and no interval names a field that is gone
+
+
+@pytest.mark.parametrize("arg,key", [("actor.lr=-1", "actor.lr"), ("reward.timeout_s=0", "reward.timeout_s"),
+                                     ("rollout.top_p=1.5", "rollout.top_p"), ("actor.betas=[0.9,1.0]", "actor.betas"),
+                                     ("algorithm.gamma=nan", "algorithm.gamma"), ("rollout.n=0", "rollout.n"),
+                                     ("trainer.watchdog_factor=1", "trainer.watchdog_factor")])
+def test_out_of_range_numbers_are_refused_naming_the_key(arg, key):
+    with pytest.raises(ConfigError, match=f"config key '{key}'.*out of range"):
+        load_config([arg], cuda_available=False)
+
+
+def test_range_edges_follow_the_brackets():
+    from reasonrl.config.load import in_interval
+
+    assert in_interval(0, "[0, inf)") and not in_interval(0, "(0, inf)")
+    assert in_interval(1, "(0, 1]") and not in_interval(1, "[0, 1)") and not in_interval(float("inf"), "[0, inf)")
+
+
+def test_every_preset_combination_is_in_range():
+    from reasonrl.config.presets import ALGORITHM_PRESETS, TASK_PRESETS
+
+    for task in TASK_PRESETS:
+        for algorithm in ALGORITHM_PRESETS:
+            for cuda in (False, True):
+                load_config([f"task={task}", f"algorithm={algorithm}"], cuda_available=cuda)
+
+
+def test_repeated_task_and_algorithm_take_the_last_value():
+    cfg, notes = load_config(["task=math", "algorithm=ppo", "task=gsm8k", "algorithm=dapo"], cuda_available=False)
+    assert (cfg.task, notes["task"], cfg.algorithm.name, notes["algorithm"]) == ("gsm8k", "gsm8k", "dapo", "dapo")
+    assert cfg.algorithm.dynamic_sampling is True  # the dapo preset was applied, not ppo's
+    with pytest.raises(ConfigError, match="unknown task 'nope'"):  # the last value is checked too
+        load_config(["task=gsm8k", "task=nope"], cuda_available=False)
+
+
+def test_bad_range_fails_before_ray_with_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", "actor.lr=-1"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["reasonrl: config error: config key 'actor.lr': -1.0 is out of range; "
+                                                "allowed: [0, inf)"]
+    assert "ray" not in proc.stdout.lower()

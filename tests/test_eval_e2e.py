@@ -1,14 +1,12 @@
 """The real ``python -m reasonrl.eval`` on the first GSM8K test problems with SmolLM2-135M on CPU (hf engine).
 
-One run is interrupted with SIGINT once its first batch is on disk; the same command then resumes from the stored
-samples, and a third run finds everything done and generates nothing.
+One run is interrupted with SIGINT right after its first batch is on disk (a fault point, REASONRL_FAULT_AT); the
+same command then resumes from the stored samples, and a third run finds everything done and generates nothing.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -42,17 +40,14 @@ def test_eval_command_interrupt_resume_and_reuse(tmp_path):
     out = tmp_path / "eval"
     samples = out / "samples.jsonl"
 
-    # Run 1: interrupt (SIGINT, as Ctrl-C) as soon as the first verified batch (one problem) is on disk.
-    proc = subprocess.Popen(_command(out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    while proc.poll() is None and not _lines(samples):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    log1 = proc.communicate(timeout=600)[0]
+    # Run 1: interrupted (SIGINT, as Ctrl-C) right after the first verified batch (one problem) is on disk: the
+    # fault point makes the eval signal itself there, so the interruption always lands at the same place.
+    proc = subprocess.run(_command(out), env=dict(_env(), REASONRL_FAULT_AT="eval.batch_stored#1=sigint"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    log1 = proc.stdout
     first = _lines(samples)
-    if proc.returncode == 0:  # finished before the signal landed: nothing left to resume
-        pytest.fail(f"run 1 ended before it could be interrupted:\n{log1[-3000:]}")
     assert proc.returncode == 130, log1[-3000:]
-    assert 1 <= len(first) < LIMIT, log1[-3000:]
+    assert len(first) == 1, log1[-3000:]
     assert "run the same command again to resume" in log1
     assert not (out / "summary.json").exists()  # written only when every problem is done
     assert all(len(r["responses"]) == N and len(r["correct"]) == N for r in first)

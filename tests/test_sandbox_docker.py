@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 import pytest
 
@@ -151,11 +150,17 @@ def test_containers_do_not_outlive_a_killed_owner(box):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout == "5\n"
     # the owner's attach stream closed -> the dispatcher's stdin ends -> the container exits and is removed
-    for _ in range(100):
-        owners = [c.labels.get("reasonrl.owner") for c in box.client.containers.list(all=True, filters={"label": "reasonrl.sandbox"})]
-        if all(o == box.owner for o in owners):
-            break
-        time.sleep(0.2)
+    # (auto_remove): wait for the daemon's "removed" event of each foreign container, not for a clock.
+    import docker
+
+    for c in box.client.containers.list(all=True, filters={"label": "reasonrl.sandbox"}):
+        if c.labels.get("reasonrl.owner") != box.owner:
+            try:
+                c.wait(condition="removed", timeout=120)
+            except docker.errors.NotFound:  # already removed
+                pass
+    owners = [c.labels.get("reasonrl.owner")
+              for c in box.client.containers.list(all=True, filters={"label": "reasonrl.sandbox"})]
     assert all(o == box.owner for o in owners)
 
 

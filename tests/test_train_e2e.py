@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -55,25 +54,23 @@ def test_train_two_steps_exports_loadable_checkpoint(tmp_path, model_path):
 def test_kill9_then_resume_continues_at_next_step(tmp_path, model_path):
     out = tmp_path / "run"
     args = SMALL + ["trainer.total_steps=3", "trainer.save_every=1", f"trainer.output_dir={out}"]
-    proc = subprocess.Popen([sys.executable, "-m", "reasonrl.train", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    marker = out / "checkpoints" / "step_000001" / "trainer_state.json"
-    deadline = time.time() + 900
-    while not marker.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert marker.exists(), "no checkpoint appeared"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # kill -9 of the whole job (Ray's processes too) right after step 1's checkpoint is complete: the run signals
+    # itself at that fault point (REASONRL_FAULT_AT), so the kill always lands at the same place.
+    proc = run_train(args, env=dict(os.environ, REASONRL_FAULT_AT="checkpoint.saved#1=sigkill"),
+                     start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (out / "checkpoints" / "step_000001" / "trainer_state.json").exists(), "no checkpoint appeared"
     done_before = [r["step"] for r in read_metrics(out)]
-    assert done_before and done_before[0] == 1
+    assert done_before == [1]
     last = max(int(p.name.split("_")[1]) for p in (out / "checkpoints").iterdir() if not p.name.endswith(".tmp")
                and (p / "trainer_state.json").exists())
+    assert last == 1
 
     again = run_train(args)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"at step {last}" in again.stdout
     steps = [r["step"] for r in read_metrics(out)]
-    assert steps[-(3 - last):] == list(range(last + 1, 4))  # continued at the next step, none repeated after resume
+    assert steps == [1, 2, 3]  # continued at the next step, none repeated
     final = json.loads((out / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
     assert final["step"] == 3 and final["sampler"] == {"epoch": 0, "offset": 12}  # 3 steps x 4 prompts, same order
 

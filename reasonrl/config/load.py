@@ -1,17 +1,19 @@
 """Build a Config from ``key=value`` arguments through OmegaConf's structured configs.
 
-An unknown key or a value of the wrong type raises ConfigError naming the key, before anything loads.
+An unknown key, a value of the wrong type or a number outside its range (``schema.FIELD_RANGES``) raises ConfigError
+naming the key, before anything loads. A key given twice takes the last value, ``task=`` and ``algorithm=`` too.
 """
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, TASK_PRESETS
-from .schema import Config
+from .schema import FIELD_RANGES, Config
 
 
 class ConfigError(ValueError):
@@ -62,8 +64,8 @@ def _describe(exc: OmegaConfBaseException) -> str:
 def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None) -> Tuple[Config, Dict[str, Any]]:
     """Returns (config, notes). ``notes`` says which presets and profile were applied."""
     pairs = _split_args(args)
-    task = next((v for k, v in pairs if k == "task"), "gsm8k")
-    algorithm = next((v for k, v in pairs if k == "algorithm"), None)
+    task = ([v for k, v in pairs if k == "task"] or ["gsm8k"])[-1]  # the last one given wins, as for dotted keys
+    algorithm = ([v for k, v in pairs if k == "algorithm"] or [None])[-1]
     if task not in TASK_PRESETS:
         raise ConfigError(f"config key 'task': unknown task {task!r}; known: {', '.join(sorted(TASK_PRESETS))}")
     if algorithm is not None and algorithm not in ALGORITHM_PRESETS:
@@ -102,12 +104,8 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(f"config key '{key}': {msg}")
 
+    check_ranges(cfg)
     need(cfg.rollout.engine in ("auto", "vllm", "hf"), "rollout.engine", "must be auto, vllm or hf")
-    need(cfg.rollout.n >= 1, "rollout.n", "must be >= 1")
-    need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-    need(cfg.data.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
-    need(cfg.actor.micro_batch_size_per_worker >= 1, "actor.micro_batch_size_per_worker", "must be >= 1")
-    need(cfg.actor.ppo_mini_batch_size >= 0, "actor.ppo_mini_batch_size", "must be >= 0")
     mb = cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size
     need(cfg.data.train_batch_size % mb == 0, "actor.ppo_mini_batch_size",
          f"must divide data.train_batch_size ({cfg.data.train_batch_size})")
@@ -125,6 +123,29 @@ def validate(cfg: Config) -> None:
          f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
+
+
+def parse_interval(text: str) -> Tuple[float, float, bool, bool]:
+    """``"(0, 1]"`` -> (0.0, 1.0, False, True): low, high, low included, high included."""
+    lo, hi = (float(x) for x in text[1:-1].split(","))
+    return lo, hi, text[0] == "[", text[-1] == "]"
+
+
+def in_interval(value: float, text: str) -> bool:
+    lo, hi, lo_in, hi_in = parse_interval(text)
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return (lo < value or (lo_in and value == lo)) and (value < hi or (hi_in and value == hi))
+
+
+def check_ranges(cfg: Config) -> None:
+    """Every numeric field (each element of a numeric list) inside its ``FIELD_RANGES`` interval."""
+    for key, interval in FIELD_RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and not in_interval(v, interval):
+                raise ConfigError(f"config key '{key}': {v} is out of range; allowed: {interval}")
 
 
 def to_yaml(cfg: Config) -> str:

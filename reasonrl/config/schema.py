@@ -233,6 +233,15 @@ class TrainerConfig:
     """Size profile: auto (cpu when no GPU and no sizes given), cpu, none."""
     ray_address: Optional[str] = None
     """Ray cluster address; None starts a local Ray."""
+    watchdog_max_s: float = 3600.0
+    """Watchdog ceiling: a worker phase (one call on every worker: generate, update_actor, sync_weights, ...) still
+    running after this many seconds is a hang; the run prints the phase, the ranks and their stacks (also in
+    ``<output_dir>/stacks/``) and exits with status 4. 0: no watchdog."""
+    watchdog_factor: float = 10.0
+    """Watchdog: once a phase has run 3 times, it is a hang after this many times its recent median duration
+    (at least ``watchdog_min_s``, at most ``watchdog_max_s``)."""
+    watchdog_min_s: float = 300.0
+    """Watchdog: a phase is never called hung before this many seconds (short phases vary a lot)."""
 
 
 @dataclass
@@ -272,3 +281,32 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+FIELD_RANGES: Dict[str, str] = {
+    # The allowed values of every numeric field, as intervals: "[a, b]" closed, "(a, b)" open, "inf" unbounded.
+    # load_config rejects a value outside its interval, naming the key, before anything loads.
+    "data.train_batch_size": "[1, inf)", "data.val_batch_size": "[1, inf)", "data.val_limit": "[0, inf)",
+    "data.max_prompt_length": "[1, inf)",
+    "rollout.n": "[1, inf)", "rollout.max_new_tokens": "[1, inf)", "rollout.temperature": "[0, inf)",
+    "rollout.top_p": "(0, 1]", "rollout.top_k": "[-1, inf)", "rollout.val_temperature": "[0, inf)",
+    "rollout.gpu_memory_utilization": "(0, 1]", "rollout.kv_cache_gb": "(0, inf)",
+    "rollout.weight_sync_bucket_mb": "[1, inf)", "rollout.seed": "[0, inf)",
+    "actor.lr": "[0, inf)", "actor.weight_decay": "[0, inf)", "actor.betas": "[0, 1)", "actor.warmup_steps": "[0, inf)",
+    "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
+    "actor.micro_batch_size_per_worker": "[1, inf)",
+    "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",
+    "algorithm.clip_ratio_dual": "[0, inf)",
+    "algorithm.kl_coef": "[0, inf)", "algorithm.entropy_coef": "[0, inf)", "algorithm.gamma": "[0, 1]",
+    "algorithm.lam": "[0, 1]", "algorithm.tis_cap": "(0, inf)", "algorithm.max_resample_rounds": "[0, inf)",
+    "algorithm.overlong_buffer": "[0, inf)", "algorithm.overlong_penalty": "[0, inf)",
+    "critic.lr": "[0, inf)", "critic.cliprange_value": "(0, inf)", "critic.warmup_steps": "[0, inf)",
+    "reward.workers": "[0, inf)", "reward.timeout_s": "(0, inf)",
+    "trainer.total_steps": "[0, inf)", "trainer.save_every": "[0, inf)", "trainer.keep_checkpoints": "[0, inf)",
+    "trainer.val_every": "[0, inf)", "trainer.num_workers": "[0, inf)", "trainer.seed": "[0, inf)",
+    "trainer.log_samples_every": "[0, inf)", "trainer.watchdog_max_s": "[0, inf)",
+    "trainer.watchdog_factor": "(1, inf)",
+    "trainer.watchdog_min_s": "[0, inf)",
+    "eval.n": "[1, inf)", "eval.k": "[1, inf)", "eval.limit": "[0, inf)", "eval.temperature": "[0, inf)",
+    "eval.top_p": "(0, 1]", "eval.max_new_tokens": "[1, inf)", "eval.batch_size": "[1, inf)",
+}

@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Dict, List
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from reasonrl.data.batch import Batch
+from reasonrl.fault_points import arrive, fault_point, hang_here
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS
+from reasonrl.workers.stacks import DUMP_SIGNAL, install_stack_dump
+
+STACK_DUMP_WAIT_S = 5.0
+"""How long the controller waits for a signalled worker's stack dump to be written."""
 
 
 def free_port() -> int:
@@ -52,6 +59,18 @@ class WorkerGroup:
                      num_threads=cpus_per_worker)
             for r in range(world_size)
         ]
+        self.watchdog: Optional[Any] = None  # set by enable_watchdog
+        self.stack_files: List[Path] = []
+        self.pids: List[int] = []
+
+    def enable_watchdog(self, watchdog: Any, stack_dir: str) -> None:
+        """Time every later call with ``watchdog`` (``limit_s``/``record``/``hung``; see
+        reasonrl.trainer.watchdog) and let each worker dump its stacks to ``<stack_dir>/<class>_rank<r>.txt``."""
+        name = self.worker_cls.__name__
+        self.stack_files = [Path(stack_dir) / f"{name}_rank{r}.txt" for r in range(self.world_size)]
+        self.pids = ray.get([w.__ray_call__.remote(install_stack_dump, str(f))
+                             for w, f in zip(self.workers, self.stack_files)])
+        self.watchdog = watchdog
 
     def __getattr__(self, name: str) -> Callable:
         method = getattr(self.worker_cls, name, None)
@@ -61,19 +80,60 @@ class WorkerGroup:
         return lambda *args, **kwargs: self._call(name, mode, *args, **kwargs)
 
     def _call(self, name: str, mode: str, *args: Any, **kwargs: Any) -> Any:
+        for rank, w in enumerate(self.workers):  # test hook: REASONRL_FAULT_AT=worker<rank>.<method>=hang
+            if arrive(f"worker{rank}.{name}") == "hang":
+                w.__ray_call__.remote(hang_here)  # queued before the method: the worker blocks in it
         if mode in (SPLIT_BATCH, SPLIT_METRICS):
             batch, rest = args[0], args[1:]
             parts = batch.chunk(self.world_size)
             refs = [getattr(w, name).remote(p, *rest, **kwargs) for w, p in zip(self.workers, parts)]
-            results = ray.get(refs)
+            results = self._wait(name, refs)
             return Batch.concat(results) if mode == SPLIT_BATCH else mean_metrics(results)
         refs = [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
-        results = ray.get(refs)
+        results = self._wait(name, refs)
         if mode == RANK_ZERO:
             return results[0]
         if mode == ONE_TO_ALL:
             return results
         raise ValueError(f"unknown dispatch mode {mode!r}")
+
+    def _wait(self, name: str, refs: List[Any]) -> List[Any]:
+        """The results of one call on every rank; with a watchdog, a call past its limit is reported as hung."""
+        fault_point(f"group.{name}")
+        if self.watchdog is None:
+            return ray.get(refs)
+        limit = self.watchdog.limit_s(name)
+        start = time.monotonic()
+        _ready, pending = ray.wait(refs, num_returns=len(refs), timeout=limit)
+        if pending:
+            ranks = [refs.index(r) for r in pending]
+            self.watchdog.hung(self.worker_cls.__name__, name, ranks, time.monotonic() - start,
+                               self.dump_stacks(ranks))
+        results = ray.get(refs)
+        self.watchdog.record(name, time.monotonic() - start)
+        return results
+
+    def dump_stacks(self, ranks: List[int]) -> Dict[int, str]:
+        """Ask the workers of ``ranks`` (on this host) for their Python stacks; rank -> text."""
+        out: Dict[int, str] = {}
+        for rank in ranks:
+            path = self.stack_files[rank]
+            try:
+                path.write_text("")
+                os.kill(self.pids[rank], DUMP_SIGNAL)
+            except (OSError, IndexError) as exc:
+                out[rank] = f"(no stack dump: {exc})"
+                continue
+            # faulthandler writes from the worker's signal handler; read once the file has stopped growing.
+            deadline, size = time.monotonic() + STACK_DUMP_WAIT_S, -1
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = path.stat().st_size
+                if now and now == size:
+                    break
+                size = now
+            out[rank] = path.read_text()
+        return out
 
     def shutdown(self) -> None:
         for w in self.workers:
@@ -86,9 +146,11 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME")
+                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME", "REASONRL_FAULT_AT")
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+    # No address: a new local Ray of this run's own ("local"); address=None would join whatever cluster another
+    # user last started on this machine (RAY_ADDRESS or /tmp/ray/ray_current_cluster).
+    ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from reasonrl.datasets import read_rows
+from reasonrl.datasets import DataError, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class PromptDataset:
         rows: List[Dict[str, Any]] = []
         for f in files:
             rows.extend(read_rows(f))
+        if not rows:
+            raise DataError(f"{', '.join(map(str, files)) or 'no files'}: no rows (the data files are empty)")
         if limit:
             rows = rows[:limit]
         self.prompts: List[Prompt] = []
@@ -54,7 +56,8 @@ class PromptDataset:
         if dropped:
             log.warning("dropped %d prompts longer than %d tokens", dropped, max_prompt_length)
         if not self.prompts:
-            raise ValueError(f"no prompts left in {list(files)} (max_prompt_length={max_prompt_length})")
+            raise DataError(f"all {len(rows)} prompts in {', '.join(map(str, files))} are longer than "
+                            f"data.max_prompt_length={max_prompt_length} tokens")
         self.dropped = dropped
 
     def __len__(self) -> int:
@@ -69,7 +72,7 @@ class EpochSampler:
 
     def __init__(self, size: int, batch_size: int, seed: int, shuffle: bool = True) -> None:
         if batch_size > size:
-            raise ValueError(f"data.train_batch_size={batch_size} exceeds the {size} prompts available")
+            raise DataError(f"data.train_batch_size={batch_size} exceeds the {size} prompts available")
         self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
         self.epoch, self.offset = 0, 0
 

@@ -52,6 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run an evaluation from ``key=value`` arguments; returns the exit status (0 ok, 2 bad input, 130 interrupt)."""
     from reasonrl.config import ConfigError, load_config
     from reasonrl.datasets import DataError
+    from reasonrl.models.loader import ModelNotFoundError
 
     from .report import format_table
     from .runner import EvalError, run_eval
@@ -70,7 +71,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"(set eval.temperature= to choose)")
             cfg.eval.temperature = SAMPLING_TEMPERATURE
         summary = run_eval(cfg)
-    except (ConfigError, DataError, EvalError, EvalStoreError) as exc:
+    except (ConfigError, DataError, EvalError, EvalStoreError, ModelNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from reasonrl.config.schema import Config
 
 from .metrics import BREAKDOWN_KEYS, ProblemOutcome, majority_vote, pass_at_k, summarize
+from reasonrl.fault_points import fault_point
+
 from .store import SampleStore
 
 log = logging.getLogger(__name__)
@@ -208,6 +210,7 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
                        for j, (i, comps) in enumerate(zip(batch, outputs))]
             store.append(records)
             done.update((r["problem"], r) for r in records)
+            fault_point("eval.batch_stored")  # test hook (REASONRL_FAULT_AT): interrupt after an exact batch
             bar.update(len(batch))
             correct = sum(sum(r["correct"]) for r in done.values())
             bar.set_postfix(acc=f"{correct / (len(done) * e.n):.3f}")

@@ -20,6 +20,10 @@ PACKAGED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PACKAGED_ALIASES = {DEFAULT_MODEL, "smollm2-135m-instruct", "SmolLM2-135M-Instruct"}
 
 
+class ModelNotFoundError(FileNotFoundError):
+    """``model.path`` names neither a local directory nor a model that can be fetched; the message names it."""
+
+
 def cache_root() -> Path:
     """Where reasonrl caches converted models and prepared data (``REASONRL_CACHE``, default ~/.cache/reasonrl)."""
     return Path(os.environ.get("REASONRL_CACHE", Path.home() / ".cache" / "reasonrl"))
@@ -92,7 +96,28 @@ def resolve_model_path(path: str) -> str:
             except Exception as exc:  # no network: fall back to the packaged copy
                 log.warning("Hub unreachable for %s (%s); using the packaged GGUF", DEFAULT_MODEL, type(exc).__name__)
         return str(convert_packaged_gguf())
-    return path
+    return hub_snapshot(path)
+
+
+def hub_snapshot(repo_id: str) -> str:
+    """Offline: the cached snapshot of a hub id, or ModelNotFoundError naming the id. Online: the id itself
+    (transformers downloads it and names the id if the Hub does not know it)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        if not hub_offline():
+            from huggingface_hub.utils import validate_repo_id
+
+            validate_repo_id(repo_id)
+            return repo_id
+        return snapshot_download(repo_id, local_files_only=True)
+    except HFValidationError:
+        raise ModelNotFoundError(f"model.path={repo_id}: not a directory and not a valid Hugging Face hub id") \
+            from None
+    except Exception:  # LocalEntryNotFoundError and kin: nothing cached
+        raise ModelNotFoundError(f"model.path={repo_id}: not a directory, and the hub id is not in the local Hugging "
+                                 "Face cache (HF_HUB_OFFLINE=1 forbids downloading it)") from None
 
 
 def torch_dtype(name: str, device: str) -> torch.dtype:

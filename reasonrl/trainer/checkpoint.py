@@ -2,19 +2,31 @@
 
 Inside: ``hf/`` (safetensors export; AutoModelForCausalLM loads it; also the model state for resume),
 ``actor_optim.pt`` (optimizer + scheduler), ``rng_rank<r>.pt``, ``trainer_state.json`` (step, data position),
-``controller_rng.pt`` and ``config.yaml``.
+``controller_rng.pt``, ``config.yaml`` and ``manifest.json`` (the size and SHA-256 of every other file, written
+just before ``trainer_state.json``; resume checks it and falls back to an older checkpoint when a file is damaged).
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
+
+from reasonrl.fault_points import fault_point
+
+log = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used (damaged or incomplete); the message names the file."""
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
@@ -36,11 +48,6 @@ def list_checkpoints(output_dir: str) -> list:
     return [d for _, d in sorted(found)]
 
 
-def latest_checkpoint(output_dir: str) -> Optional[Path]:
-    found = list_checkpoints(output_dir)
-    return found[-1] if found else None
-
-
 def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], Any], trainer_state: Dict[str, Any],
                     config_yaml: str, keep: int = 0) -> Path:
     """Write a checkpoint for ``step`` atomically; ``write_workers(tmp_dir)`` lets the workers add their files."""
@@ -53,6 +60,8 @@ def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], A
     write_workers(str(tmp))
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, tmp / "controller_rng.pt")
     (tmp / "config.yaml").write_text(config_yaml)
+    fault_point("checkpoint.written")
+    write_manifest(tmp)
     with open(tmp / "trainer_state.json", "w") as f:  # written last: its presence marks a complete checkpoint
         json.dump(trainer_state, f, indent=2)
         f.flush()
@@ -60,10 +69,99 @@ def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], A
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
+    fault_point("checkpoint.saved")
     if keep > 0:
         for old in list_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """Record the size and SHA-256 of every file under ``directory`` (hashing reads each file once)."""
+    files = sorted(p for p in Path(directory).rglob("*")
+                   if p.is_file() and p.name not in (MANIFEST, "trainer_state.json"))
+    manifest = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
+    with open(Path(directory) / MANIFEST, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify_checkpoint(checkpoint: Path) -> None:
+    """Raise CheckpointError naming the first file that is missing, of the wrong size or of the wrong checksum.
+    A checkpoint written before manifests existed is accepted as it is."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "trainer_state.json").exists():
+        raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no trainer_state.json)")
+    manifest_file = checkpoint / MANIFEST
+    if not manifest_file.exists():
+        log.warning("%s has no %s (written by an older reasonrl): its files are not verified", checkpoint, MANIFEST)
+        return
+    try:
+        manifest = json.loads(manifest_file.read_text())
+    except ValueError as exc:
+        raise CheckpointError(f"{manifest_file}: not valid JSON ({exc})") from None
+    for rel, want in manifest.items():
+        path = checkpoint / rel
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing")
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            raise CheckpointError(f"{path}: {size} bytes, {want['bytes']} when saved (truncated or overwritten)")
+        if file_digest(path) != want["sha256"]:
+            raise CheckpointError(f"{path}: checksum differs from the one saved (the file is damaged)")
+
+
+def usable_checkpoint(output_dir: str) -> Optional[Path]:
+    """The newest checkpoint whose files verify; each damaged newer one is skipped with a warning naming the file."""
+    skipped: List[str] = []
+    for ckpt in reversed(list_checkpoints(output_dir)):
+        try:
+            verify_checkpoint(ckpt)
+        except CheckpointError as exc:
+            print(f"reasonrl: warning: skipping damaged checkpoint: {exc}", flush=True)
+            skipped.append(str(ckpt))
+            continue
+        if skipped:
+            print(f"reasonrl: warning: resuming from the older checkpoint {ckpt}", flush=True)
+        return ckpt
+    if skipped:
+        print("reasonrl: warning: no checkpoint verifies; starting from the initial model", flush=True)
+    return None
+
+
+def drop_rows_after(metrics_file: Path, step: int) -> int:
+    """Remove the rows of a per-step JSON Lines file (``metrics.jsonl``, ``samples.jsonl``) logged for steps after
+    ``step`` (a run killed after logging a step but before its checkpoint was complete logs that step again on
+    resume), and a torn last line. The file is cut in
+    place, so a logger that holds it open in append mode keeps writing to it. Returns the rows removed."""
+    metrics_file = Path(metrics_file)
+    if not metrics_file.exists():
+        return 0
+    keep_bytes, dropped = 0, 0
+    with open(metrics_file, "rb") as f:
+        lines = f.readlines()
+    for i, line in enumerate(lines):
+        try:
+            row_step = json.loads(line).get("step", 0)
+        except ValueError:
+            row_step = None
+        if row_step is None or row_step > step:
+            dropped = sum(1 for rest in lines[i:] if rest.strip())
+            break
+        keep_bytes += len(line)
+    if dropped:
+        with open(metrics_file, "r+b") as f:
+            f.truncate(keep_bytes)
+    return dropped
 
 
 def read_trainer_state(checkpoint: Path) -> Dict[str, Any]:

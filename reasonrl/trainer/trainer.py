@@ -24,12 +24,15 @@ from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
 from reasonrl.datasets import task_files
+from reasonrl.fault_points import fault_point
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import make_pool, verifier_for, verify_item
 
-from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
+from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
+from .interrupt import stop_at_step_boundary
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics
+from .watchdog import PhaseWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -139,23 +142,33 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _resume(self) -> None:
+        """Continue from the newest checkpoint whose files verify (``trainer.resume=auto``) or the one named; rows
+        of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint
+        was complete) are dropped, so every step is logged once."""
         mode = self.cfg.trainer.resume
         if mode == "never":
             return
-        ckpt = latest_checkpoint(str(self.run_dir)) if mode == "auto" else Path(mode)
-        if ckpt is None:
-            return
-        if not (ckpt / "trainer_state.json").exists():
-            raise FileNotFoundError(f"trainer.resume={mode}: {ckpt} is not a complete checkpoint")
-        self.workers.load_checkpoint(str(ckpt))
-        if self.critic is not None:
-            self.critic.load_checkpoint(str(ckpt))
-        state = read_trainer_state(ckpt)
-        self.step = int(state["step"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.workers.sync_weights()
-        print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, offset {self.sampler.offset})",
-              flush=True)
+        if mode == "auto":
+            ckpt = usable_checkpoint(str(self.run_dir))
+        else:
+            ckpt = Path(mode)
+            verify_checkpoint(ckpt)  # CheckpointError naming the damaged file
+        if ckpt is not None:
+            self.workers.load_checkpoint(str(ckpt))
+            if self.critic is not None:
+                self.critic.load_checkpoint(str(ckpt))
+            state = read_trainer_state(ckpt)
+            self.step = int(state["step"])
+            self.sampler.load_state_dict(state["sampler"])
+            self.workers.sync_weights()
+            print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
+                  f"offset {self.sampler.offset})", flush=True)
+        keep_through = self.step if ckpt is not None else -1  # no checkpoint: step 0's validation is redone too
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            dropped = drop_rows_after(self.run_dir / name, keep_through)
+            if dropped:
+                print(f"dropped {dropped} {name} row(s) logged after step {self.step} by the interrupted run",
+                      flush=True)
 
     def sampling(self, validation: bool = False) -> Dict[str, Any]:
         r = self.cfg.rollout
@@ -167,32 +180,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
+        """Train until ``trainer.total_steps``. Ctrl-C (or SIGTERM) stops at the next step boundary, after saving
+        the step just finished; ``self.interrupted`` then says so (``reasonrl.train`` exits 130)."""
         t = self.cfg.trainer
-        if t.val_before_train and self.step == 0:
-            self.logger.log(self.validate(), 0)
-        bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
-        last_saved = self.step
-        try:
-            while self.step < t.total_steps:
-                metrics = self.train_step()
-                self.step += 1
-                if self.startup is not None:  # the first step of this process: how long start-up took
-                    metrics.update(self._startup_metrics(metrics))
-                    self.startup = None
-                if t.val_every and self.step % t.val_every == 0:
-                    metrics.update(self.validate())
-                self.logger.log(metrics, self.step)
-                bar.update(1)
-                if (t.save_every and self.step % t.save_every == 0) or self.step == t.total_steps:
-                    self.save()
-                    last_saved = self.step
-        except KeyboardInterrupt:
-            if self.step > last_saved:
-                print(f"interrupted: saving step {self.step}", flush=True)
-                self.save()
-            raise
-        finally:
-            bar.close()
+        self.interrupted = False
+        if t.watchdog_max_s > 0:  # one watchdog per group: each keeps its own phase durations
+            for group in (self.workers, self.critic):
+                if group is not None:
+                    group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
+                                          str(self.run_dir / "stacks"))
+        with stop_at_step_boundary() as stop:
+            if t.val_before_train and self.step == 0:
+                self.logger.log(self.validate(), 0)
+            bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
+            try:
+                while self.step < t.total_steps and not stop.requested:
+                    fault_point("step.begin")
+                    metrics = self.train_step()
+                    self.step += 1
+                    if self.startup is not None:  # the first step of this process: how long start-up took
+                        metrics.update(self._startup_metrics(metrics))
+                        self.startup = None
+                    if t.val_every and self.step % t.val_every == 0:
+                        metrics.update(self.validate())
+                    self.logger.log(metrics, self.step)
+                    bar.update(1)
+                    if (t.save_every and self.step % t.save_every == 0) or self.step == t.total_steps \
+                            or stop.requested:
+                        self.save()
+            finally:
+                bar.close()
+            self.interrupted = stop.requested and self.step < t.total_steps
 
     def _startup_metrics(self, first_step: Dict[str, Any]) -> Dict[str, float]:
         """``startup_s/<phase>`` (model_resolution, data, ray_start, workers_up, engine_start, first_rollout,

@@ -1,0 +1,82 @@
+"""Named fault points: a deterministic way for tests (and curious users) to interrupt a run at an exact place.
+
+``REASONRL_FAULT_AT`` holds comma-separated ``point[#count]=action`` entries; when the process reaches ``point`` for
+the ``count``-th time (default 1), the action runs:
+
+- ``sigint``: the process sends itself SIGINT (as Ctrl-C would);
+- ``sigkill``: SIGKILL to the process's group when it leads one (so Ray's processes die with it, as ``kill -9`` of
+  a terminal's job does), else to the process itself;
+- ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``).
+
+Points in the code: ``group.<method>`` (the controller has sent ``<method>`` to every worker and waits),
+``worker<rank>.<method>`` (the worker of that rank blocks before running ``<method>``: ``hang`` only),
+``checkpoint.written`` (the workers wrote their checkpoint files; ``trainer_state.json`` not yet),
+``checkpoint.saved`` (a checkpoint is complete), ``step.begin`` (the trainer is about to start a step),
+``eval.batch_stored`` (eval appended a verified batch to ``samples.jsonl``).
+Without the variable nothing happens.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import Counter
+from typing import Dict, Optional, Tuple
+
+ENV = "REASONRL_FAULT_AT"
+ACTIONS = ("sigint", "sigkill", "hang")
+
+_hits: Counter = Counter()
+
+
+def parse(spec: str) -> Dict[Tuple[str, int], str]:
+    """``"group.generate#2=sigint,checkpoint.saved=sigkill"`` -> {("group.generate", 2): "sigint", ...}."""
+    out: Dict[Tuple[str, int], str] = {}
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        point, _, action = entry.partition("=")
+        name, _, count = point.partition("#")
+        if action not in ACTIONS or not name or (count and not count.isdigit()):
+            raise ValueError(f"{ENV}: bad entry {entry!r}; expected point[#count]=action with action in {ACTIONS}")
+        out[(name, int(count or 1))] = action
+    return out
+
+
+def planned(point: str, hit: int) -> Optional[str]:
+    """The action planned for the ``hit``-th arrival at ``point`` (None: nothing)."""
+    spec = os.environ.get(ENV)
+    return parse(spec).get((point, hit)) if spec else None
+
+
+def arrive(point: str) -> Optional[str]:
+    """Count an arrival at ``point``; the action planned for it (None: nothing)."""
+    if not os.environ.get(ENV):
+        return None
+    _hits[point] += 1
+    action = planned(point, _hits[point])
+    if action is not None:
+        print(f"fault point {point}#{_hits[point]}: {action}", flush=True)
+    return action
+
+
+def fault_point(point: str) -> None:
+    """Count an arrival at ``point`` and run the action ``REASONRL_FAULT_AT`` plans for it, if any."""
+    action = arrive(point)
+    if action is not None:
+        run_action(action)
+
+
+def run_action(action: str) -> None:
+    if action == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)
+    elif action == "sigkill":
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "hang":
+        hang_here()
+
+
+def hang_here(_instance=None) -> None:
+    """Block forever on an event nobody sets (a worker that never answers). Callable through Ray's
+    ``actor.__ray_call__`` (which passes the actor instance first)."""
+    threading.Event().wait()

@@ -1,0 +1,109 @@
+"""The big guarantee: N steps straight equal an interrupted run resumed and finished — same weights, same data
+order and samples, same metrics rows, none twice — for Ctrl-C (SIGINT) and kill -9 at several phases.
+
+Real runs on CPU: SmolLM2-135M, Ray, FSDP2, the hf engine with seeded sampling. Each interruption lands at an exact
+place: the run signals itself at a named fault point (``REASONRL_FAULT_AT``, see reasonrl/fault_points.py), so
+nothing depends on timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+# A tiny model can hardly solve GSM8K in 8 tokens, so every reward is 0 and the advantages vanish; the entropy bonus
+# keeps a gradient, so the weights move each step and "same weights" means something.
+ARGS = ["task=gsm8k", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
+        "actor.micro_batch_size_per_worker=4", "actor.lr=1e-4", "algorithm.entropy_coef=0.01", "reward.workers=1",
+        "trainer.logger=[jsonl]", "trainer.log_samples_every=1", f"trainer.total_steps={STEPS}",
+        "trainer.keep_checkpoints=0"]
+VOLATILE = ("timing_s/", "startup_s/", "perf/", "verify/latency")  # wall-clock measurements: the only metrics allowed to differ
+
+
+def run_train(out: Path, *extra: str, fault: str = ""):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("REASONRL_FAULT_AT", None)
+    if fault:
+        env["REASONRL_FAULT_AT"] = fault
+    # A session of its own: a sigkill fault point kills the whole group (Ray's processes too), as kill -9 of a job.
+    return subprocess.run([sys.executable, "-m", "reasonrl.train", *ARGS, f"trainer.output_dir={out}", *extra],
+                          capture_output=True, text=True, timeout=1200, env=env, start_new_session=True)
+
+
+def rows(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def outcome(out: Path):
+    """What must match: metrics rows (wall-clock keys aside), samples, final data position and weights."""
+    from safetensors.torch import load_file
+
+    metrics = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows(out / "metrics.jsonl")]
+    final = out / "checkpoints" / f"step_{STEPS:06d}"
+    state = json.loads((final / "trainer_state.json").read_text())
+    weights = load_file(str(next((final / "hf").glob("*.safetensors"))))
+    return metrics, rows(out / "samples.jsonl"), state["sampler"], weights
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, model_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path_factory.mktemp("straight") / "run"
+    proc = run_train(out, f"trainer.save_every={STEPS}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = outcome(out)
+    initial = load_file(str(next(Path(model_path).glob("*.safetensors"))))
+    assert any(not torch.equal(t, initial[n]) for n, t in result[3].items() if n in initial)  # training moved them
+    assert all(r["actor/grad_norm"] > 0 for r in result[0])
+    return result
+
+
+# (fault point, save_every, expected exit status, the checkpoint the resume must start from)
+CASES = {
+    # Ctrl-C while the workers generate step 2's rollouts: step 2 finishes and is saved though no save was due.
+    "sigint_mid_rollout": ("group.generate#2=sigint", STEPS, 130, 2),
+    # Ctrl-C while step 1's checkpoint is being written: the save completes, then the run stops.
+    "sigint_during_save": ("checkpoint.written#1=sigint", 1, 130, 1),
+    # kill -9 in step 2's actor update: step 1's checkpoint is the resume point.
+    "kill_mid_update": ("group.update_actor#2=sigkill", 1, -signal.SIGKILL, 1),
+    # kill -9 while step 2's checkpoint is written (its metrics row is already logged): resume from step 1 and
+    # log step 2 once.
+    "kill_during_save": ("checkpoint.written#2=sigkill", 1, -signal.SIGKILL, 1),
+}
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("case", list(CASES))
+def test_interrupted_and_resumed_run_equals_straight_run(tmp_path, straight, case):
+    fault, save_every, status, resume_step = CASES[case]
+    out = tmp_path / "run"
+    first = run_train(out, f"trainer.save_every={save_every}", fault=fault)
+    log = first.stdout[-3000:] + first.stderr[-3000:]
+    assert first.returncode == status, log
+    assert "Traceback" not in first.stderr, log
+    if status == 130:
+        assert f"interrupted — step {resume_step} saved" in first.stdout, log
+
+    second = run_train(out, f"trainer.save_every={save_every}")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / f'step_{resume_step:06d}'} at step {resume_step}" in second.stdout
+
+    metrics, samples, sampler, weights = outcome(out)
+    want_metrics, want_samples, want_sampler, want_weights = straight
+    assert [r["step"] for r in metrics] == list(range(1, STEPS + 1))  # every step logged once
+    assert metrics == want_metrics
+    assert samples == want_samples  # same prompts in the same order, same sampled responses and rewards
+    assert sampler == want_sampler
+    assert weights.keys() == want_weights.keys()
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, want_weights[name]), name

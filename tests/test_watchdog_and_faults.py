@@ -1,0 +1,55 @@
+"""The watchdog's limit (numbers by hand) and the fault-point syntax that tests use to interrupt runs."""
+import pytest
+
+from reasonrl.fault_points import parse
+from reasonrl.trainer.watchdog import PhaseHangError, PhaseWatchdog, phase_limit_s
+
+
+def test_phase_limit_is_factor_times_median_within_floor_and_ceiling():
+    # Fewer than 3 calls known: only the ceiling applies.
+    assert phase_limit_s([], 10, 60, 3600) == 3600
+    assert phase_limit_s([5.0, 5.0], 10, 60, 3600) == 3600
+    # Median of [2, 30, 40] is 30; 10 x 30 = 300, between the floor 60 and the ceiling 3600.
+    assert phase_limit_s([2.0, 30.0, 40.0], 10, 60, 3600) == 300
+    # Median 2 -> 20 s, below the floor: 60.
+    assert phase_limit_s([2.0, 2.0, 9.0], 10, 60, 3600) == 60
+    # Median 500 -> 5000 s, above the ceiling: 3600.
+    assert phase_limit_s([500.0] * 3, 10, 60, 3600) == 3600
+    assert phase_limit_s([500.0] * 3, 10, 60, 0) is None  # ceiling 0: watchdog off
+
+
+def test_watchdog_keeps_recent_history_per_phase_and_names_the_hang(capsys):
+    wd = PhaseWatchdog(factor=4, min_s=1, max_s=100)
+    for s in (1.0, 2.0, 3.0):
+        wd.record("generate", s)
+    assert wd.limit_s("generate") == 8      # 4 x median 2
+    assert wd.limit_s("update_actor") == 100  # unseen phase: the ceiling
+    with pytest.raises(PhaseHangError, match="phase 'generate'.*rank\\(s\\) 1"):
+        wd.hung("ActorRolloutRefWorker", "generate", [1], 8.5, {1: "File \"x.py\", line 3 in spin"})
+    assert "spin" in capsys.readouterr().err
+
+
+def test_fault_point_spec():
+    assert parse("group.generate#2=sigint, checkpoint.written=sigkill") == {
+        ("group.generate", 2): "sigint", ("checkpoint.written", 1): "sigkill"}
+    for bad in ("group.generate=explode", "=sigint", "x#two=sigint"):
+        with pytest.raises(ValueError, match="REASONRL_FAULT_AT"):
+            parse(bad)
+
+
+def test_first_ctrl_c_asks_to_stop_the_second_aborts_and_handlers_are_restored():
+    import os
+    import signal
+
+    from reasonrl.trainer.interrupt import stop_at_step_boundary
+
+    before = signal.getsignal(signal.SIGINT)
+    with stop_at_step_boundary() as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: the loop would finish its step
+        assert stop.requested and stop.signal_name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs when the call returns
+    assert signal.getsignal(signal.SIGINT) is before
+    with stop_at_step_boundary() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signal_name == "SIGTERM"
