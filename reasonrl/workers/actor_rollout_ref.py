@@ -25,12 +25,13 @@ import torch.distributed as dist
 from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
 from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
+from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
-from reasonrl.models.forward import response_log_probs
+from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
 from reasonrl.rollout import SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_sum, start_rank
+from .distributed import all_reduce_max, all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
 
@@ -48,7 +49,8 @@ class ActorRolloutRefWorker:
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)
 
-        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
+                                    self.cfg.model.attn_implementation)
         if self.cfg.model.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         self.actor.config.use_cache = False
@@ -64,7 +66,8 @@ class ActorRolloutRefWorker:
 
         self.ref = None
         if self.cfg.algorithm.use_kl_loss or self.cfg.algorithm.kl_in_reward:
-            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
+                                      self.cfg.model.attn_implementation)
             self.ref.requires_grad_(False)
             shard_model(self.ref, self.mesh, self.device, self.compute_dtype)
             self.ref.eval()
@@ -121,17 +124,26 @@ class ActorRolloutRefWorker:
         return time.perf_counter() - start
 
     # ------------------------------------------------------------------ log-probs
-    def _forward_batches(self, model, batch: Batch, with_entropy: bool):
-        size = self.cfg.actor.micro_batch_size_per_worker
+    def _micro_batches(self, batch: Batch, max_tokens: int) -> List[List[int]]:
+        """Row groups of ``batch``, one per forward (fixed row counts, or a token budget: the same count on every
+        rank, since each forward is an FSDP collective)."""
+        return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
+                                  self.cfg.actor.micro_batch_size_per_worker, max_tokens, self.cfg.actor.use_packing,
+                                  lambda count: all_reduce_max(count, self.device))
+
+    def _mb_log_probs(self, model, mb: Batch, with_entropy: bool):
+        return micro_batch_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                     mb["responses"], with_entropy, packed=self.cfg.actor.use_packing)
+
+    def _forward_batches(self, model, batch: Batch, with_entropy: bool, max_tokens: int):
+        groups = self._micro_batches(batch, max_tokens)
         out_lp, out_ent = [], []
-        for mb in batch.split(size):
-            mb = mb.to(self.device)
-            lp, ent = response_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                         mb["responses"], with_entropy)
+        for idx in groups:
+            lp, ent = self._mb_log_probs(model, batch.select(idx).to(self.device), with_entropy)
             out_lp.append(lp.cpu())
             if ent is not None:
                 out_ent.append(ent.cpu())
-        return torch.cat(out_lp), (torch.cat(out_ent) if out_ent else None)
+        return restore_order(out_lp, groups), (restore_order(out_ent, groups) if out_ent else None)
 
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
@@ -139,7 +151,7 @@ class ActorRolloutRefWorker:
         """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token."""
         self.actor.eval()
         with self.actor_offload.on_device():
-            lp, ent = self._forward_batches(self.actor, batch, with_entropy=True)
+            lp, ent = self._forward_batches(self.actor, batch, True, self.cfg.actor.max_tokens_per_micro_batch)
         return Batch({"old_log_probs": lp, "entropy": ent})
 
     @dispatch(SPLIT_BATCH)
@@ -148,7 +160,8 @@ class ActorRolloutRefWorker:
         if self.ref is None:
             raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
         with self.ref_offload.on_device():
-            lp, _ = self._forward_batches(self.ref, batch, with_entropy=False)
+            lp, _ = self._forward_batches(self.ref, batch, False, self.cfg.ref.max_tokens_per_micro_batch
+                                          or self.cfg.actor.max_tokens_per_micro_batch)
         return Batch({"ref_log_probs": lp})
 
     # ------------------------------------------------------------------ update
@@ -177,24 +190,24 @@ class ActorRolloutRefWorker:
         norm_length = self.cfg.rollout.max_new_tokens
         for _ in range(a.ppo_epochs):
             for mini in minis:
-                if alg.loss_agg_mode == "token-mean":
-                    global_denom = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
-                else:
-                    global_denom = all_reduce_sum(len(mini), self.device)
+                global_denom = all_reduce_sum(loss_denominator(mini["response_mask"], alg.loss_agg_mode),
+                                              self.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in mini.split(a.micro_batch_size_per_worker):
-                    mb = mb.to(self.device)
+                for idx in self._micro_batches(mini, a.max_tokens_per_micro_batch):
+                    mb = mini.select(idx).to(self.device)
                     mask = mb["response_mask"]
-                    local_denom = mask.sum().item() if alg.loss_agg_mode == "token-mean" else len(mb)
-                    weight = local_denom / max(global_denom, 1e-8) * self.world_size
+                    # Each micro-batch's loss is its own mean; weighted by its share of the mini-batch's denominator
+                    # the sum is the mini-batch's mean, whatever the grouping (x world size: FSDP averages ranks).
+                    weight = loss_denominator(mask, alg.loss_agg_mode) / max(global_denom, 1e-8) * self.world_size
                     need_entropy = alg.entropy_coef != 0
-                    lp, ent = response_log_probs(self.actor, mb["input_ids"], mb["attention_mask"],
-                                                 mb["position_ids"], mb["responses"], with_entropy=need_entropy)
+                    lp, ent = self._mb_log_probs(self.actor, mb, need_entropy)
+                    # Without an old-log-prob pass (trainer.passes_needed: one update per batch) the policy is
+                    # still the one that scored the batch: its own log-probs, detached, are the old ones (ratio 1).
+                    old_lp = mb["old_log_probs"] if "old_log_probs" in mb else lp.detach()
                     is_w = None
                     if alg.tis_mode != "off":
-                        is_w = tis_weights(mb["old_log_probs"], mb["rollout_log_probs"], mask, alg.tis_mode,
-                                           alg.tis_cap)
-                    pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=mb["old_log_probs"],
+                        is_w = tis_weights(old_lp, mb["rollout_log_probs"], mask, alg.tis_mode, alg.tis_cap)
+                    pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=old_lp,
                                                  advantages=mb["advantages"], mask=mask,
                                                  clip_low=alg.clip_ratio_low, clip_high=alg.clip_ratio_high,
                                                  clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
