@@ -9,6 +9,7 @@ from typing import List, Optional
 
 def print_header(cfg, notes, world_size: int) -> None:
     from reasonrl.config import to_yaml
+    from reasonrl.trainer.passes import pass_rows
     from reasonrl.trainer.trainer import batch_size_table
 
     if notes.get("profile") == "cpu":
@@ -18,7 +19,7 @@ def print_header(cfg, notes, world_size: int) -> None:
     print("---- effective config ----")
     print(to_yaml(cfg).rstrip())
     print("---- batch sizes ----")
-    rows = batch_size_table(cfg, world_size)
+    rows = batch_size_table(cfg, world_size) + pass_rows(cfg)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")

@@ -84,7 +84,7 @@ def micro_batch_groups(attention_mask: torch.Tensor, response_width: int, rows_p
     prompts = attention_mask[:, :prompt_width].sum(-1).tolist()
     responses = attention_mask[:, prompt_width:].sum(-1).tolist()
     groups = token_budget_groups(prompts, responses, max_tokens, packed)
-    target = agree(len(groups))
+    target = int(agree(len(groups)))
     if target > len(groups):
         groups = token_budget_groups(prompts, responses, max_tokens, packed, min_groups=target)
     return groups

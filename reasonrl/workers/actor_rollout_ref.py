@@ -22,7 +22,8 @@ from typing import Any, Dict, List
 import torch
 import torch.distributed as dist
 
-from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
+from reasonrl.algorithms import aggregate_loss, kl_penalty, masked_sum, policy_loss, tis_weights
+from reasonrl.algorithms.aggregation import masked_fill_zero
 from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
 from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
@@ -94,10 +95,11 @@ class ActorRolloutRefWorker:
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
                                                       "response_text", "finish_reason", "prompt_row")}
         for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
-            for c in completions:
-                meta["prompt_ids"].append(list(prompt))
-                meta["response_ids"].append(list(c.token_ids))
-                meta["rollout_log_probs"].append(list(c.logprobs))
+            prompt = list(prompt)  # one list shared by the prompt's samples: Ray's pickle sends it once
+            for c in completions:  # the engine's lists as they are: no per-token copies
+                meta["prompt_ids"].append(prompt)
+                meta["response_ids"].append(c.token_ids)
+                meta["rollout_log_probs"].append(c.logprobs)
                 meta["response_text"].append(c.text)
                 meta["finish_reason"].append(c.finish_reason)
                 meta["prompt_row"].append(i)
@@ -188,6 +190,8 @@ class ActorRolloutRefWorker:
             counts[key] = counts.get(key, 0) + 1
 
         norm_length = self.cfg.rollout.max_new_tokens
+        own_old = "old_log_probs" not in batch  # no old-log-prob pass: this update reports what it would have
+        before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0}
         for _ in range(a.ppo_epochs):
             for mini in minis:
                 global_denom = all_reduce_sum(loss_denominator(mini["response_mask"], alg.loss_agg_mode),
@@ -200,7 +204,9 @@ class ActorRolloutRefWorker:
                     # the sum is the mini-batch's mean, whatever the grouping (x world size: FSDP averages ranks).
                     weight = loss_denominator(mask, alg.loss_agg_mode) / max(global_denom, 1e-8) * self.world_size
                     need_entropy = alg.entropy_coef != 0
-                    lp, ent = self._mb_log_probs(self.actor, mb, need_entropy)
+                    lp, ent = self._mb_log_probs(self.actor, mb, need_entropy or own_old)
+                    if own_old:
+                        self._add_policy_sums(before, lp.detach(), ent.detach(), mb)
                     # Without an old-log-prob pass (trainer.passes_needed: one update per batch) the policy is
                     # still the one that scored the batch: its own log-probs, detached, are the old ones (ratio 1).
                     old_lp = mb["old_log_probs"] if "old_log_probs" in mb else lp.detach()
@@ -234,8 +240,33 @@ class ActorRolloutRefWorker:
                 self.scheduler.step()
                 add("actor/grad_norm", grad_norm)
         metrics = {k: sums[k] / counts[k] for k in sums}
+        if own_old:
+            metrics.update(self._policy_metrics(before, "ref_log_probs" in batch))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
+
+    @staticmethod
+    def _add_policy_sums(sums: Dict[str, float], lp: torch.Tensor, ent: torch.Tensor, mb: Batch) -> None:
+        """Masked sums for the metrics the old-log-prob pass gives (trainer.metrics.policy_metrics, the rollout
+        mismatch), from the update's first (and only) forward of each row."""
+        mask = mb["response_mask"]
+        sums["tokens"] += float(mask.sum())
+        sums["entropy"] += float(masked_sum(ent, mask))
+        if "ref_log_probs" in mb:
+            sums["kl"] += float(masked_sum(kl_penalty(lp, mb["ref_log_probs"], "k3"), mask))
+        diff = masked_fill_zero((lp - mb["rollout_log_probs"]).abs(), mask)
+        sums["diff"] += float(diff.sum())
+        sums["diff_max"] = max(sums["diff_max"], float(diff.max()) if diff.numel() else 0.0)
+
+    def _policy_metrics(self, sums: Dict[str, float], with_ref: bool) -> Dict[str, float]:
+        """All ranks' token means of the sums above (the same keys as the trainer's metrics from the pass)."""
+        tokens = max(all_reduce_sum(sums["tokens"], self.device), 1.0)
+        out = {"actor/entropy": all_reduce_sum(sums["entropy"], self.device) / tokens,
+               "rollout/logprob_diff_mean": all_reduce_sum(sums["diff"], self.device) / tokens,
+               "rollout/logprob_diff_max": all_reduce_max(sums["diff_max"], self.device)}
+        if with_ref:
+            out["actor/kl"] = all_reduce_sum(sums["kl"], self.device) / tokens
+        return out
 
     def _mini_batch_rows(self) -> int:
         prompts = self.cfg.actor.ppo_mini_batch_size or self.cfg.data.train_batch_size

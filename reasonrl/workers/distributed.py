@@ -29,10 +29,10 @@ def all_reduce_sum(value: float, device: str) -> float:
     return float(t.item())
 
 
-def all_reduce_max(value: int, device: str) -> int:
-    t = torch.tensor([int(value)], dtype=torch.int64, device=device)
+def all_reduce_max(value: float, device: str) -> float:
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    return float(t.item())
 
 
 def start_rank(trainer_device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
