@@ -172,7 +172,11 @@ class VLLMRolloutEngine:
         copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
         requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids for _ in range(copies)]
         outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False)
-        completions = [[self._completion(c) for c in out.outputs] for out in outputs]
+        # vLLM runs without detokenising (its incremental detokeniser works per token inside the engine loop); the
+        # texts are decoded here in one batched call of the fast tokenizer, once each sample is complete.
+        samples = [c for out in outputs for c in out.outputs]
+        texts = iter(self.llm.get_tokenizer().batch_decode([c.token_ids for c in samples], skip_special_tokens=True))
+        completions = [[self._completion(c, next(texts)) for c in out.outputs] for out in outputs]
         return [sum(completions[i * copies:(i + 1) * copies], []) for i in range(len(prompt_token_ids))]
 
     def _vllm_sampling(self, sampling: SamplingParams, n: int):
@@ -184,16 +188,16 @@ class VLLMRolloutEngine:
                                top_k=sampling.top_k if sampling.top_k > 0 else -1,
                                max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids),
                                ignore_eos=sampling.ignore_eos, logprobs=0 if sampling.logprobs else None,
-                               skip_special_tokens=True)
+                               detokenize=False)
 
     @staticmethod
-    def _completion(out) -> Completion:
-        token_ids = list(out.token_ids)
+    def _completion(out, text: str) -> Completion:
+        token_ids = out.token_ids if type(out.token_ids) is list else list(out.token_ids)
         # logprobs=0 returns, per position, a dict holding just the sampled token (raw log-probs: before
         # temperature / top-p / top-k).
-        logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs or [], token_ids)]
+        logprobs = [step[tok].logprob for step, tok in zip(out.logprobs, token_ids)] if out.logprobs else []
         reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
-        return Completion(token_ids=token_ids, text=out.text, logprobs=logprobs, finish_reason=reason)
+        return Completion(token_ids=token_ids, text=text, logprobs=logprobs, finish_reason=reason)
 
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """Log-probabilities (temperature 1) of each response token given its prompt under the engine's
