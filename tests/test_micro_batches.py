@@ -114,3 +114,37 @@ def test_token_budget_micro_batches_give_the_one_big_batch_gradient(tiny_policy,
         for name, g in big.items():
             torch.testing.assert_close(split[name], g, atol=1e-6, rtol=1e-5, msg=f"{overrides} {name}")
     assert any(g.abs().max() > 1e-4 for g in big.values())  # a real gradient, not zeros on both sides
+
+
+def test_two_ranks_with_different_group_counts_match_one_rank(tiny_policy):
+    """Token budget over 2 gloo ranks (Ray): the ranks' rows need different numbers of groups, so the one with fewer
+    splits to match (each forward is an FSDP collective: a mismatch would hang). The update equals 1 rank's."""
+    import ray
+
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.controller import WorkerGroup, start_ray
+    from reasonrl.data.collate import collate_rollout
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    # Rank 0 gets rows 0-3 (short: one 40-token group), rank 1 rows 4-7 (long: 4 groups of one row).
+    prompts = [[1, 2, 3]] * 8
+    responses = [[5 + i] * 4 for i in range(4)] + [[9 + i] * 30 for i in range(4)]
+    batch = collate_rollout(prompts, responses, [[-1.0] * len(r) for r in responses], pad_id=0)
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.2, -0.2, 1.0, -1.0])[:, None] * batch["response_mask"]
+    start_ray(None, num_cpus=2)
+    after = {}
+    try:
+        for world, budget in ((1, 0), (2, 40)):
+            cfg, _ = load_config(["rollout.engine=hf", "trainer.device=cpu", "data.train_batch_size=4", "rollout.n=2",
+                                  "actor.lr=1e-3", "algorithm.use_kl_loss=false", "actor.use_packing=true",
+                                  f"actor.max_tokens_per_micro_batch={budget}"], cuda_available=False)
+            group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, {"config": to_dict(cfg),
+                                                                         "model_path": tiny_policy})
+            metrics = group.update_actor(batch)
+            after[world] = (group.compute_log_probs(batch)["old_log_probs"], metrics["actor/grad_norm"])
+            group.shutdown()
+    finally:
+        ray.shutdown()
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(after[2][0][mask], after[1][0][mask], atol=1e-5, rtol=1e-5)
+    assert after[2][1] == pytest.approx(after[1][1], rel=1e-4)
