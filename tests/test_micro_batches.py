@@ -148,3 +148,22 @@ def test_two_ranks_with_different_group_counts_match_one_rank(tiny_policy):
     mask = batch["response_mask"].bool()
     torch.testing.assert_close(after[2][0][mask], after[1][0][mask], atol=1e-5, rtol=1e-5)
     assert after[2][1] == pytest.approx(after[1][1], rel=1e-4)
+
+
+def test_critic_update_with_packing_and_a_token_budget_equals_the_default(tmp_path):
+    """The critic's values and update through packed token-budget micro-batches (rows of 5-7 tokens, budget 12:
+    groups of one or two rows) equal the default fixed-row padded ones."""
+    from test_critic_worker import make_worker, rollout_batch
+    from test_value_head import make_tiny_causal_lm
+
+    path = make_tiny_causal_lm(tmp_path / "lm", seed=7)
+    batch = rollout_batch()
+    results = []
+    for flags in ((), ("actor.use_packing=true", "critic.max_tokens_per_micro_batch=12")):
+        worker = make_worker(path, *flags)
+        metrics = worker.update_critic(batch.union(worker.compute_values(batch)))
+        results.append((worker.compute_values(batch)["values"], metrics["critic/grad_norm"]))
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(results[1][0][mask], results[0][0][mask], atol=1e-6, rtol=1e-5)
+    assert results[1][1] == pytest.approx(results[0][1], rel=1e-5)
+    assert results[0][0][mask].abs().max() > 0  # the update moved the values off the zero head
