@@ -116,9 +116,11 @@ class ActorConfig:
     """Padding-free micro-batches: the valid tokens of a micro-batch go through the model as one packed row with
     per-sequence position ids (block-diagonal attention), no [rows x max_len] padding. One switch for every
     teacher-forced pass: old log-probs, reference log-probs, the actor update, and the critic's values and update.
-    Same log-probs as the padded path (tests/test_packing.py). Off by default: with sdpa (the default
-    ``model.attn_implementation``) the packed attention is a dense mask over the whole packed row, so packing only
-    pays with flex_attention or flash_attention_2, or where padding dominates (docs/performance.md)."""
+    Same log-probs as the padded path (tests/test_packing.py). Off by default until measured on a GPU: on the CPU
+    it halved a long-tailed log-prob pass (benchmarks/results/packing_cpu.json), but with sdpa (the default
+    ``model.attn_implementation``) the packed attention is a dense mask over the whole packed row, whose
+    cross-sequence blocks a GPU kernel still computes; flex_attention or flash_attention_2 skip them
+    (docs/performance.md)."""
     max_tokens_per_micro_batch: int = 0
     """Token budget per micro-batch of the actor (update and old log-probs) on one worker: rows are grouped by
     length (first-fit decreasing) so that each forward holds at most this many tokens (packed: the sum of the rows'
