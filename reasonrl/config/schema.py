@@ -19,6 +19,12 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     trust_remote_code: bool = False
     """Passed to transformers when loading the model and tokenizer."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel of the actor, reference and critic (transformers' ``attn_implementation``): sdpa, eager,
+    flex_attention, flash_attention_2 (needs the flash-attn package). With ``actor.use_packing`` the packed row's
+    attention is block-diagonal: sdpa and eager build it as a dense [N x N] mask and compute every block (cost grows
+    with the square of the packed length), flex_attention skips the blocks between sequences, and flash_attention_2
+    runs variable-length kernels."""
 
 
 @dataclass
@@ -108,6 +114,21 @@ class ActorConfig:
     offload_optimizer: bool = False
     """Keep the actor's optimizer state (AdamW moments, 2x the fp32 parameters) in CPU memory (pinned) except during
     the update and checkpointing; no effect on a CPU worker."""
+    use_packing: bool = False
+    """Padding-free micro-batches: the valid tokens of a micro-batch go through the model as one packed row with
+    per-sequence position ids (block-diagonal attention), no [rows x max_len] padding. One switch for every
+    teacher-forced pass: old log-probs, reference log-probs, the actor update, and the critic's values and update.
+    Same log-probs as the padded path (tests/test_packing.py). Off by default until measured on a GPU: on the CPU
+    it halved a long-tailed log-prob pass (benchmarks/results/packing_cpu.json), but with sdpa (the default
+    ``model.attn_implementation``) the packed attention is a dense mask over the whole packed row, whose
+    cross-sequence blocks a GPU kernel still computes; flex_attention or flash_attention_2 skip them
+    (docs/performance.md)."""
+    max_tokens_per_micro_batch: int = 0
+    """Token budget per micro-batch of the actor (update and old log-probs) on one worker: rows are grouped by
+    length (first-fit decreasing) so that each forward holds at most this many tokens (packed: the sum of the rows'
+    valid tokens; padded: rows x the group's longest prompt + longest response), instead of
+    ``micro_batch_size_per_worker`` rows. A row longer than the budget runs alone. 0: fixed row counts. The loss
+    stays the mini-batch's exact token (or sequence) mean whatever the grouping."""
     compile: bool = False
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
     updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once
@@ -121,6 +142,9 @@ class RefConfig:
     offload_params: bool = False
     """Keep the reference model's FSDP shards in CPU memory (pinned) except while it computes ref log-probs
     (``timing_s/offload_ref``, ``timing_s/onload_ref``); no effect on a CPU worker."""
+    max_tokens_per_micro_batch: int = 0
+    """Token budget per micro-batch of the reference log-prob pass (see ``actor.max_tokens_per_micro_batch``);
+    0: the actor's setting."""
 
 
 @dataclass
@@ -185,6 +209,9 @@ class CriticConfig:
     offload_optimizer: bool = False
     """Keep the critic's optimizer state in CPU memory (pinned) except during its update and checkpointing; no
     effect on a CPU worker."""
+    max_tokens_per_micro_batch: int = 0
+    """Token budget per micro-batch of the critic's values and update (see ``actor.max_tokens_per_micro_batch``);
+    0: the actor's setting. Packing follows ``actor.use_packing``."""
 
 
 @dataclass

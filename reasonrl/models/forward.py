@@ -10,6 +10,11 @@ Two paths give the same numbers:
 - full logits: the model's forward over every position, then log-softmax of the response positions' logits. Used
   for models whose head is not a plain bias-free ``nn.Linear`` applied last (soft-capped or scaled logits, custom
   heads), or when asked for (``fused=False``; ``REASONRL_FUSED_LOGPROBS=0`` flips the default).
+
+``packed_response_log_probs`` gives the same numbers from a padding-free packed micro-batch
+(``reasonrl.data.packing``): one row of valid tokens, ``attention_mask=None`` and per-sequence position ids, so the
+model's mask builder makes the attention block-diagonal; the fused head then sees only the response positions
+(``logits_to_keep`` as an index tensor).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import torch
 from torch import nn
 
 from reasonrl.algorithms.logprob import entropy_from_logits, log_probs_from_logits
+from reasonrl.data.packing import PackedRows, pack_rows, trimmed_columns
 from reasonrl.models.fused_logprob import linear_log_probs
 
 FUSED_BY_DEFAULT = os.environ.get("REASONRL_FUSED_LOGPROBS", "1").lower() not in ("0", "false", "no")
@@ -57,20 +63,27 @@ def _head_forward_replaced(head: nn.Module, forward: Callable) -> Iterator[None]
         del head.forward  # back to the class's forward
 
 
-def _fused_response_log_probs(model, head: nn.Linear, input_ids, attention_mask, position_ids, responses,
-                              with_entropy: bool, chunk_size: int):
-    width = responses.shape[1]
+def _fused_log_probs(model, head: nn.Linear, labels: torch.Tensor, keep, with_entropy: bool, chunk_size: int,
+                     **inputs):
+    """The model's forward with ``logits_to_keep=keep``; its head turns the kept hidden states' first
+    ``labels.shape[1]`` positions into log-probs of ``labels`` [b, K] (and entropy)."""
+    width = labels.shape[1]
 
     def head_to_log_probs(hidden: torch.Tensor) -> torch.Tensor:
-        # hidden: [b, width + 1, H], the last width + 1 positions; the first width of them predict the response.
-        log_probs, entropy = linear_log_probs(hidden[:, :width], head.weight, responses, chunk_size, with_entropy)
+        log_probs, entropy = linear_log_probs(hidden[:, :width], head.weight, labels, chunk_size, with_entropy)
         # A new tensor, not a view: FSDP2 hooks the root's output for backward (and warns about views).
         return torch.stack([log_probs, entropy] if with_entropy else [log_probs], dim=-1)
 
     with _head_forward_replaced(head, head_to_log_probs):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                    logits_to_keep=width + 1).logits
+        out = model(**inputs, use_cache=False, logits_to_keep=keep).logits
     return out[..., 0], (out[..., 1] if with_entropy else None)
+
+
+def _fused_response_log_probs(model, head: nn.Linear, input_ids, attention_mask, position_ids, responses,
+                              with_entropy: bool, chunk_size: int):
+    # The last width + 1 positions are kept; the first width of them predict the response.
+    return _fused_log_probs(model, head, responses, responses.shape[1] + 1, with_entropy, chunk_size,
+                            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
 
 
 def response_log_probs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -92,3 +105,43 @@ def response_log_probs(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     log_probs = log_probs_from_logits(logits, responses, chunk_size=chunk_size)
     entropy = entropy_from_logits(logits, chunk_size=chunk_size) if with_entropy else None
     return log_probs, entropy
+
+
+def packed_response_log_probs(model, packed: PackedRows, with_entropy: bool = False, chunk_size: int = 2048,
+                              fused: Optional[bool] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``response_log_probs`` of a packed micro-batch (``reasonrl.data.packing.pack_rows``): log-probs [rows, T] and
+    optionally entropy [rows, T], float32, 0 at padding."""
+    inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids)
+    labels = packed.labels[None]
+    head = fused_lm_head(model) if (FUSED_BY_DEFAULT if fused is None else fused) else None
+    if head is not None:
+        log_probs, entropy = _fused_log_probs(model, head, labels, packed.predict_index, with_entropy, chunk_size,
+                                              **inputs)
+    else:
+        logits = model(**inputs, use_cache=False).logits[:, packed.predict_index]
+        log_probs = log_probs_from_logits(logits, labels, chunk_size=chunk_size)
+        entropy = entropy_from_logits(logits, chunk_size=chunk_size) if with_entropy else None
+    return packed.unpack(log_probs[0]), (packed.unpack(entropy[0]) if with_entropy else None)
+
+
+def micro_batch_log_probs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                          responses: torch.Tensor, with_entropy: bool = False, packed: bool = False,
+                          chunk_size: int = 2048, fused: Optional[bool] = None
+                          ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Log-probs (and entropy) [rows, T] of one rollout micro-batch, 0 at padding: packed into one row
+    (``packed``), or padded with the columns that hold no valid token in any row trimmed off."""
+    width = responses.shape[1]
+    if packed:
+        rows = pack_rows(input_ids, attention_mask, position_ids, width)
+        return packed_response_log_probs(model, rows, with_entropy, chunk_size, fused)
+    first, kept = trimmed_columns(attention_mask, width)
+    end = input_ids.shape[1] - width + kept
+    log_probs, entropy = response_log_probs(model, input_ids[:, first:end], attention_mask[:, first:end],
+                                            position_ids[:, first:end], responses[:, :kept], with_entropy,
+                                            chunk_size, fused)
+    valid = attention_mask[:, -width:].bool()
+
+    def to_width(values: torch.Tensor) -> torch.Tensor:
+        return torch.where(valid, torch.nn.functional.pad(values, (0, width - kept)), 0.0)
+
+    return to_width(log_probs), (to_width(entropy) if entropy is not None else None)

@@ -57,8 +57,8 @@ class ChunkedLinearLogProb(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs: Optional[Tensor], grad_entropy: Optional[Tensor]):
         hidden, weight, labels = ctx.saved_tensors
-        if not ctx.with_entropy:
-            grad_entropy = None
+        if not ctx.with_entropy or (grad_entropy is not None and not bool(grad_entropy.any())):
+            grad_entropy = None  # entropy kept for a metric only (its zero gradient arrives through a stack)
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if (grad_log_probs is None and grad_entropy is None) or not (want_hidden or want_weight):
             return None, None, None, None, None

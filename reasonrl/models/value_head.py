@@ -17,6 +17,8 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
+from reasonrl.data.packing import PackedRows, pack_rows, trimmed_columns
+
 HEAD_FILE = "value_head.safetensors"
 MARKER_FILE = "value_model.json"
 HEAD_PREFIX = "value_head."
@@ -106,3 +108,24 @@ def response_values(model: ValueModel, input_ids: torch.Tensor, attention_mask: 
     before response token t (position P + t - 1), like the logits that score token t."""
     values = model(input_ids, attention_mask, position_ids)
     return values[:, -response_width - 1:-1]
+
+
+def packed_response_values(model: ValueModel, packed: PackedRows) -> torch.Tensor:
+    """``response_values`` of a packed micro-batch (``reasonrl.data.packing.pack_rows``): values [rows, T], 0 at
+    padding. The packed row goes in with ``attention_mask=None``, so the backbone's attention is block-diagonal."""
+    values = model(packed.input_ids, None, packed.position_ids)
+    return packed.unpack(values[0, packed.predict_index])
+
+
+def micro_batch_values(model: ValueModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       position_ids: torch.Tensor, response_width: int, packed: bool = False) -> torch.Tensor:
+    """Values [rows, T] of one rollout micro-batch, 0 at padding: packed into one row (``packed``), or padded with
+    the columns that hold no valid token in any row trimmed off."""
+    if packed:
+        return packed_response_values(model, pack_rows(input_ids, attention_mask, position_ids, response_width))
+    first, kept = trimmed_columns(attention_mask, response_width)
+    end = input_ids.shape[1] - response_width + kept
+    values = response_values(model, input_ids[:, first:end], attention_mask[:, first:end],
+                             position_ids[:, first:end], kept)
+    valid = attention_mask[:, -response_width:].bool()
+    return torch.where(valid, torch.nn.functional.pad(values, (0, response_width - kept)), 0.0)

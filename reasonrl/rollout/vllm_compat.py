@@ -66,12 +66,14 @@ def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager:
 def sampling_params(n: int, temperature: float, top_p: float, top_k: int, max_tokens: int,
                     stop_token_ids: Sequence[int], ignore_eos: bool, logprobs: bool):
     """vLLM SamplingParams for a rollout. ``top_k <= 0`` means no top-k (vLLM takes 0 or -1 for that).
-    ``logprobs=True`` asks for the sampled token's log-prob only (``logprobs=0``)."""
+    ``logprobs=True`` asks for the sampled token's log-prob only (``logprobs=0``). ``detokenize=False``: vLLM's
+    incremental detokeniser works per token inside the engine loop; the caller decodes finished samples in one
+    batched call instead."""
     from vllm import SamplingParams
 
     return SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
                           max_tokens=max_tokens, stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos,
-                          logprobs=0 if logprobs else None, skip_special_tokens=True)
+                          logprobs=0 if logprobs else None, skip_special_tokens=True, detokenize=False)
 
 
 def prompt_logprob_params():
@@ -90,8 +92,10 @@ def tokens_prompt(token_ids: Sequence[int]):
 def sampled_logprobs(completion) -> List[float]:
     """Per generated token, its raw log-prob (before temperature / top-p / top-k), from a CompletionOutput
     generated with ``logprobs=0`` (each position holds the sampled token's entry); [] when none were asked for."""
-    steps = completion.logprobs or []
-    return [float(steps[i][tok].logprob) for i, tok in zip(range(len(steps)), completion.token_ids)]
+    steps = completion.logprobs
+    if not steps:
+        return []
+    return [steps[i][tok].logprob for i, tok in zip(range(len(steps)), completion.token_ids)]
 
 
 def prompt_logprobs_of(request_output, start: int, tokens: Sequence[int]) -> List[float]:

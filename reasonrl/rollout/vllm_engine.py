@@ -104,7 +104,11 @@ class VLLMRolloutEngine:
         copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
         requests = [vllm_compat.tokens_prompt(ids) for ids in prompt_token_ids for _ in range(copies)]
         outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False)
-        completions = [[self._completion(c) for c in out.outputs] for out in outputs]
+        # vLLM runs without detokenising (its incremental detokeniser works per token inside the engine loop); the
+        # texts are decoded here in one batched call of the fast tokenizer, once each sample is complete.
+        samples = [c for out in outputs for c in out.outputs]
+        texts = iter(self.llm.get_tokenizer().batch_decode([c.token_ids for c in samples], skip_special_tokens=True))
+        completions = [[self._completion(c, next(texts)) for c in out.outputs] for out in outputs]
         return [sum(completions[i * copies:(i + 1) * copies], []) for i in range(len(prompt_token_ids))]
 
     def _vllm_sampling(self, sampling: SamplingParams, n: int):
@@ -115,11 +119,11 @@ class VLLMRolloutEngine:
                                            bool(sampling.logprobs))
 
     @staticmethod
-    def _completion(out) -> Completion:
-        token_ids = list(out.token_ids)
+    def _completion(out, text: str) -> Completion:
+        token_ids = out.token_ids if type(out.token_ids) is list else list(out.token_ids)
         logprobs = vllm_compat.sampled_logprobs(out)
         reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
-        return Completion(token_ids=token_ids, text=out.text, logprobs=logprobs, finish_reason=reason)
+        return Completion(token_ids=token_ids, text=text, logprobs=logprobs, finish_reason=reason)
 
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """Log-probabilities (temperature 1) of each response token given its prompt under the engine's

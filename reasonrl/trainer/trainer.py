@@ -32,6 +32,7 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import Round, refill_informative_groups
 from .interrupt import stop_at_step_boundary
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics
+from .passes import passes_needed
 from .watchdog import PhaseWatchdog
 
 log = logging.getLogger(__name__)
@@ -250,8 +251,10 @@ class Trainer:
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
-            with timer("old_log_probs"):
-                batch = batch.union(self.workers.compute_log_probs(batch))
+            passes = passes_needed(cfg)
+            if passes.old_log_probs:  # else the update uses its own log-probs (trainer/passes.py)
+                with timer("old_log_probs"):
+                    batch = batch.union(self.workers.compute_log_probs(batch))
             ref = None
             if alg.use_kl_loss or alg.kl_in_reward:
                 with timer("ref_log_probs"):
@@ -261,9 +264,10 @@ class Trainer:
                 with timer("values"):
                     batch = batch.union(self.critic.compute_values(batch))
             mask = batch["response_mask"]
-            metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
-            if rollout_logprobs_wanted(cfg):
-                metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+            if passes.old_log_probs:
+                metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
+                if rollout_logprobs_wanted(cfg):
+                    metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
             with timer("advantages"):
                 token_rewards = None
                 if alg.kl_in_reward:
@@ -282,7 +286,10 @@ class Trainer:
                     metrics.update(self.critic.update_critic(batch))
             if self.step >= cfg.critic.warmup_steps or self.critic is None:  # critic warm-up: the actor waits
                 with timer("update_actor"):
-                    metrics.update(self.workers.update_actor(batch))
+                    update = self.workers.update_actor(batch)
+                if not rollout_logprobs_wanted(cfg):  # without the engine's log-probs the mismatch means nothing
+                    update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
+                metrics.update(update)
                 with timer("weight_sync"):
                     sync = self.workers.sync_weights()
                 metrics["weight_sync/bytes"] = sync[0]["bytes"]

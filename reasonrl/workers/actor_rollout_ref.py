@@ -24,16 +24,18 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
+from reasonrl.algorithms import aggregate_loss, kl_penalty, masked_sum, policy_loss, tis_weights
+from reasonrl.algorithms.aggregation import masked_fill_zero
 from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
-from reasonrl.models.forward import response_log_probs
+from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
 from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_sum, start_rank
+from .distributed import all_reduce_max, all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
 
@@ -53,7 +55,8 @@ class ActorRolloutRefWorker:
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)
 
-        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
+                                    self.cfg.model.attn_implementation)
         if self.cfg.model.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         self.actor.config.use_cache = False
@@ -69,7 +72,8 @@ class ActorRolloutRefWorker:
 
         self.ref = None
         if self.cfg.algorithm.use_kl_loss or self.cfg.algorithm.kl_in_reward:
-            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code)
+            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
+                                      self.cfg.model.attn_implementation)
             self.ref.requires_grad_(False)
             shard_model(self.ref, self.mesh, self.device, self.compute_dtype)
             self.ref.eval()
@@ -96,10 +100,11 @@ class ActorRolloutRefWorker:
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
                                                       "response_text", "finish_reason", "prompt_row")}
         for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
-            for c in completions:
-                meta["prompt_ids"].append(list(prompt))
-                meta["response_ids"].append(list(c.token_ids))
-                meta["rollout_log_probs"].append(list(c.logprobs))
+            prompt = list(prompt)  # one list shared by the prompt's samples: Ray's pickle sends it once
+            for c in completions:  # the engine's lists as they are: no per-token copies
+                meta["prompt_ids"].append(prompt)
+                meta["response_ids"].append(c.token_ids)
+                meta["rollout_log_probs"].append(c.logprobs)
                 meta["response_text"].append(c.text)
                 meta["finish_reason"].append(c.finish_reason)
                 meta["prompt_row"].append(i)
@@ -131,16 +136,26 @@ class ActorRolloutRefWorker:
         self.engine.wake_up(parts)
 
     # ------------------------------------------------------------------ log-probs
-    def _forward_batches(self, model, batch: Batch, with_entropy: bool):
+    def _micro_batches(self, batch: Batch, max_tokens: int) -> List[List[int]]:
+        """Row groups of ``batch``, one per forward (fixed row counts, or a token budget: the same count on every
+        rank, since each forward is an FSDP collective)."""
+        return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
+                                  self.batch_plan.micro_batch_rows, max_tokens, self.cfg.actor.use_packing,
+                                  lambda count: all_reduce_max(count, self.device))
+
+    def _mb_log_probs(self, model, mb: Batch, with_entropy: bool):
+        return micro_batch_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                     mb["responses"], with_entropy, packed=self.cfg.actor.use_packing)
+
+    def _forward_batches(self, model, batch: Batch, with_entropy: bool, max_tokens: int):
+        groups = self._micro_batches(batch, max_tokens)
         out_lp, out_ent = [], []
-        for mb in batch.split(self.batch_plan.micro_batch_rows):
-            mb = mb.to(self.device)
-            lp, ent = response_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                         mb["responses"], with_entropy)
+        for idx in groups:
+            lp, ent = self._mb_log_probs(model, batch.select(idx).to(self.device), with_entropy)
             out_lp.append(lp.cpu())
             if ent is not None:
                 out_ent.append(ent.cpu())
-        return torch.cat(out_lp), (torch.cat(out_ent) if out_ent else None)
+        return restore_order(out_lp, groups), (restore_order(out_ent, groups) if out_ent else None)
 
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
@@ -148,7 +163,7 @@ class ActorRolloutRefWorker:
         """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token."""
         self.actor.eval()
         with self.actor_offload.on_device():
-            lp, ent = self._forward_batches(self.actor, batch, with_entropy=True)
+            lp, ent = self._forward_batches(self.actor, batch, True, self.cfg.actor.max_tokens_per_micro_batch)
         return Batch({"old_log_probs": lp, "entropy": ent})
 
     @dispatch(SPLIT_BATCH)
@@ -157,7 +172,8 @@ class ActorRolloutRefWorker:
         if self.ref is None:
             raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
         with self.ref_offload.on_device():
-            lp, _ = self._forward_batches(self.ref, batch, with_entropy=False)
+            lp, _ = self._forward_batches(self.ref, batch, False, self.cfg.ref.max_tokens_per_micro_batch
+                                          or self.cfg.actor.max_tokens_per_micro_batch)
         return Batch({"ref_log_probs": lp})
 
     # ------------------------------------------------------------------ update
@@ -183,26 +199,30 @@ class ActorRolloutRefWorker:
             counts[key] = counts.get(key, 0) + 1
 
         norm_length = self.cfg.rollout.max_new_tokens
+        own_old = "old_log_probs" not in batch  # no old-log-prob pass: this update reports what it would have
+        before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0}
         for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
-                if alg.loss_agg_mode == "token-mean":
-                    global_denom = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
-                else:
-                    global_denom = all_reduce_sum(len(mini), self.device)
+                global_denom = all_reduce_sum(loss_denominator(mini["response_mask"], alg.loss_agg_mode),
+                                              self.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in mini.split(self.batch_plan.micro_batch_rows):
-                    mb = mb.to(self.device)
+                for idx in self._micro_batches(mini, a.max_tokens_per_micro_batch):
+                    mb = mini.select(idx).to(self.device)
                     mask = mb["response_mask"]
-                    local_denom = mask.sum().item() if alg.loss_agg_mode == "token-mean" else len(mb)
-                    weight = local_denom / max(global_denom, 1e-8) * self.world_size
+                    # Each micro-batch's loss is its own mean; weighted by its share of the mini-batch's denominator
+                    # the sum is the mini-batch's mean, whatever the grouping (x world size: FSDP averages ranks).
+                    weight = loss_denominator(mask, alg.loss_agg_mode) / max(global_denom, 1e-8) * self.world_size
                     need_entropy = alg.entropy_coef != 0
-                    lp, ent = response_log_probs(self.actor, mb["input_ids"], mb["attention_mask"],
-                                                 mb["position_ids"], mb["responses"], with_entropy=need_entropy)
+                    lp, ent = self._mb_log_probs(self.actor, mb, need_entropy or own_old)
+                    if own_old:
+                        self._add_policy_sums(before, lp.detach(), ent.detach(), mb)
+                    # Without an old-log-prob pass (trainer.passes_needed: one update per batch) the policy is
+                    # still the one that scored the batch: its own log-probs, detached, are the old ones (ratio 1).
+                    old_lp = mb["old_log_probs"] if "old_log_probs" in mb else lp.detach()
                     is_w = None
                     if alg.tis_mode != "off":
-                        is_w = tis_weights(mb["old_log_probs"], mb["rollout_log_probs"], mask, alg.tis_mode,
-                                           alg.tis_cap)
-                    pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=mb["old_log_probs"],
+                        is_w = tis_weights(old_lp, mb["rollout_log_probs"], mask, alg.tis_mode, alg.tis_cap)
+                    pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=old_lp,
                                                  advantages=mb["advantages"], mask=mask,
                                                  clip_low=alg.clip_ratio_low, clip_high=alg.clip_ratio_high,
                                                  clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
@@ -229,8 +249,33 @@ class ActorRolloutRefWorker:
                 self.scheduler.step()
                 add("actor/grad_norm", grad_norm)
         metrics = {k: sums[k] / counts[k] for k in sums}
+        if own_old:
+            metrics.update(self._policy_metrics(before, "ref_log_probs" in batch))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
+
+    @staticmethod
+    def _add_policy_sums(sums: Dict[str, float], lp: torch.Tensor, ent: torch.Tensor, mb: Batch) -> None:
+        """Masked sums for the metrics the old-log-prob pass gives (trainer.metrics.policy_metrics, the rollout
+        mismatch), from the update's first (and only) forward of each row."""
+        mask = mb["response_mask"]
+        sums["tokens"] += float(mask.sum())
+        sums["entropy"] += float(masked_sum(ent, mask))
+        if "ref_log_probs" in mb:
+            sums["kl"] += float(masked_sum(kl_penalty(lp, mb["ref_log_probs"], "k3"), mask))
+        diff = masked_fill_zero((lp - mb["rollout_log_probs"]).abs(), mask)
+        sums["diff"] += float(diff.sum())
+        sums["diff_max"] = max(sums["diff_max"], float(diff.max()) if diff.numel() else 0.0)
+
+    def _policy_metrics(self, sums: Dict[str, float], with_ref: bool) -> Dict[str, float]:
+        """All ranks' token means of the sums above (the same keys as the trainer's metrics from the pass)."""
+        tokens = max(all_reduce_sum(sums["tokens"], self.device), 1.0)
+        out = {"actor/entropy": all_reduce_sum(sums["entropy"], self.device) / tokens,
+               "rollout/logprob_diff_mean": all_reduce_sum(sums["diff"], self.device) / tokens,
+               "rollout/logprob_diff_max": all_reduce_max(sums["diff_max"], self.device)}
+        if with_ref:
+            out["actor/kl"] = all_reduce_sum(sums["kl"], self.device) / tokens
+        return out
 
     # ------------------------------------------------------------------ weight sync
     @dispatch(ONE_TO_ALL)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -22,11 +22,12 @@ from reasonrl.algorithms import explained_variance, masked_mean, value_loss
 from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.micro_batches import micro_batch_groups, restore_order
 from reasonrl.models import torch_dtype
-from reasonrl.models.value_head import ValueModel, load_value_state_dict, response_values
+from reasonrl.models.value_head import ValueModel, load_value_state_dict, micro_batch_values
 
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_sum, start_rank
+from .distributed import all_reduce_max, all_reduce_sum, start_rank
 from .fsdp import Offloader, clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ class CriticWorker:
                                             master_addr, master_port, num_threads)
         c = self.cfg.critic
         path = c.model_path or model_path
-        self.model = ValueModel.from_pretrained(path, torch.float32, self.cfg.model.trust_remote_code)
+        self.model = ValueModel.from_pretrained(path, torch.float32, self.cfg.model.trust_remote_code,
+                                                self.cfg.model.attn_implementation)
         if self.cfg.model.gradient_checkpointing:
             self.model.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False
@@ -62,9 +64,17 @@ class CriticWorker:
     # ------------------------------------------------------------------ values
     def _values(self, mb: Batch) -> torch.Tensor:
         mb_mask = mb["response_mask"]
-        values = response_values(self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                 mb["responses"].shape[1])
+        values = micro_batch_values(self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                    mb["responses"].shape[1], packed=self.cfg.actor.use_packing)
         return values * mb_mask
+
+    def _micro_batches(self, batch: Batch) -> List[List[int]]:
+        """Row groups, one per forward: the actor's row count or the critic's token budget (the same number of
+        groups on every rank: each forward is an FSDP collective)."""
+        a = self.cfg.actor
+        return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
+                                  self.batch_plan.micro_batch_rows, self.cfg.critic.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch,
+                                  a.use_packing, lambda count: all_reduce_max(count, self.device))
 
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
@@ -72,9 +82,9 @@ class CriticWorker:
         """``values`` [b, T]: V(prefix before response token t), 0 at padding."""
         self.model.eval()
         with self.offload.on_device():
-            out = [self._values(mb.to(self.device)).cpu()
-                   for mb in batch.split(self.batch_plan.micro_batch_rows)]
-        return Batch({"values": torch.cat(out)})
+            groups = self._micro_batches(batch)
+            out = [self._values(batch.select(idx).to(self.device)).cpu() for idx in groups]
+        return Batch({"values": restore_order(out, groups)})
 
     # ------------------------------------------------------------------ update
     @dispatch(SPLIT_METRICS)
@@ -88,7 +98,7 @@ class CriticWorker:
         return metrics
 
     def _update_critic(self, batch: Batch) -> Dict[str, float]:
-        a, c = self.cfg.actor, self.cfg.critic
+        c = self.cfg.critic
         for key in ("values", "returns", "response_mask"):
             if key not in batch:
                 raise KeyError(f"update_critic needs '{key}' in the batch")
@@ -105,8 +115,8 @@ class CriticWorker:
             for mini in minis:
                 global_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in mini.split(self.batch_plan.micro_batch_rows):
-                    mb = mb.to(self.device)
+                for idx in self._micro_batches(mini):
+                    mb = mini.select(idx).to(self.device)
                     mask = mb["response_mask"]
                     weight = mask.sum().item() / max(global_tokens, 1e-8) * self.world_size
                     values = self._values(mb)

@@ -29,6 +29,12 @@ def all_reduce_sum(value: float, device: str) -> float:
     return float(t.item())
 
 
+def all_reduce_max(value: float, device: str) -> float:
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def start_rank(trainer_device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
                num_threads: int = 0):
     """What every worker rank does first: pick its device (cuda when there is one and ``trainer.device`` is not

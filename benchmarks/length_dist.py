@@ -1,0 +1,66 @@
+"""Response lengths for the GPU step benchmarks, produced the same way for reasonrl and TRL.
+
+``response_lengths`` draws one length per sample of a step: ``fixed`` gives every sample ``max_len`` (the issue's
+first workload); ``longtail`` is a seeded log-normal with the given median (default 400) and sigma 0.8, clipped to
+[``min_len``, ``max_len``] (with max 2048: ~2% of the samples hit the cap, mean ~540 tokens), like reasoning traces.
+
+``with_per_sample_lengths`` wraps a vLLM ``LLM.generate`` so that each sample of a call stops at its own length:
+every request of n samples becomes n requests of one sample, the j-th sample of the call (in request order) gets
+``max_tokens = lengths[j]``, and the outputs are regrouped per request. Only calls whose sampling parameters ignore
+EOS are changed (the benchmarks' generation; vLLM's prompt-log-prob calls pass through). Both benchmarks put it on
+the engine they drive: gpu_grpo_step.py on the worker's engine, gpu_trl_anchor.py on ``vllm.LLM.generate`` before
+TRL builds its colocated engine; so both generate the same multiset of lengths every step.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Callable, List, Sequence
+
+DISTRIBUTIONS = ("fixed", "longtail")
+LONGTAIL_SIGMA = 0.8
+
+
+def response_lengths(dist: str, count: int, max_len: int, median: int = 400, min_len: int = 16,
+                     seed: int = 0) -> List[int]:
+    """``count`` response lengths of distribution ``dist`` (see the module docstring), deterministic in ``seed``."""
+    if dist == "fixed":
+        return [max_len] * count
+    if dist != "longtail":
+        raise ValueError(f"unknown length distribution {dist!r}; choose one of {DISTRIBUTIONS}")
+    rng = random.Random(seed)
+    mu = math.log(median)
+    return [min(max_len, max(min_len, round(rng.lognormvariate(mu, LONGTAIL_SIGMA)))) for _ in range(count)]
+
+
+def with_per_sample_lengths(generate: Callable, lengths: Sequence[int]) -> Callable:
+    """``generate(prompts, sampling_params, ...)`` with per-sample ``max_tokens`` (see the module docstring)."""
+
+    def wrapped(prompts, sampling_params=None, *args, **kwargs):
+        single = isinstance(prompts, (str, dict))
+        prompts = [prompts] if single else list(prompts)
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if not params or any(p is None or not getattr(p, "ignore_eos", False) for p in params):
+            return generate(prompts[0] if single else prompts, sampling_params, *args, **kwargs)
+        flat_prompts: List[Any] = []
+        flat_params: List[Any] = []
+        for prompt, sp in zip(prompts, params):
+            for _ in range(sp.n):
+                one = sp.clone()
+                one.n = 1
+                one.max_tokens = int(lengths[len(flat_params) % len(lengths)])
+                flat_prompts.append(prompt)
+                flat_params.append(one)
+        outputs = generate(flat_prompts, flat_params, *args, **kwargs)
+        grouped, start = [], 0
+        for sp in params:
+            part = outputs[start:start + sp.n]
+            start += sp.n
+            head = part[0]
+            head.outputs = [o.outputs[0] for o in part]
+            for index, completion in enumerate(head.outputs):
+                completion.index = index
+            grouped.append(head)
+        return grouped
+
+    return wrapped

@@ -1,0 +1,51 @@
+"""Which teacher-forced passes a training step runs, decided from the config alone.
+
+- old log-probs (the actor's own, before the update): needed when the batch is used for more than one optimizer
+  step (``actor.ppo_epochs`` > 1 or several mini-batches), since from the second step on the policy has moved; and
+  by ``algorithm.kl_in_reward``, whose token rewards are computed before the update. With one optimizer step per
+  batch the policy that scored the batch is the one being updated: the update's own log-probs, detached, are the old
+  ones (the ratio is exactly 1, as TRL does when it takes one step per batch), and the update reports the entropy,
+  KL and rollout-mismatch metrics that the pass would have given.
+- reference log-probs: needed by a KL term (``algorithm.use_kl_loss`` or ``kl_in_reward``).
+- values: needed by GAE (the critic).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Tuple
+
+
+@dataclass(frozen=True)
+class Passes:
+    old_log_probs: bool
+    ref_log_probs: bool
+    values: bool
+
+
+def updates_per_batch(cfg) -> int:
+    """Optimizer steps taken on one rollout batch: epochs x mini-batches."""
+    batch = cfg.data.train_batch_size
+    mini = cfg.actor.ppo_mini_batch_size or batch
+    return cfg.actor.ppo_epochs * max(1, batch // mini)
+
+
+def passes_needed(cfg) -> Passes:
+    alg = cfg.algorithm
+    return Passes(old_log_probs=updates_per_batch(cfg) > 1 or alg.kl_in_reward,
+                  ref_log_probs=alg.use_kl_loss or alg.kl_in_reward,
+                  values=alg.adv_estimator == "gae")
+
+
+def pass_rows(cfg) -> List[Tuple[str, str]]:
+    """Rows for the start-up table: each pass, whether it runs, and why."""
+    p = passes_needed(cfg)
+    steps = updates_per_batch(cfg)
+    if p.old_log_probs:
+        old = "on (kl_in_reward)" if steps == 1 else f"on ({steps} optimizer steps per batch)"
+    else:
+        old = "off (one optimizer step per batch: the update's own log-probs)"
+    return [
+        ("pass: old log-probs", old),
+        ("pass: ref log-probs", "on (KL term)" if p.ref_log_probs else "off (no KL term)"),
+        ("pass: values (critic)", "on (gae)" if p.values else "off"),
+    ]
