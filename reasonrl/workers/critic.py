@@ -72,9 +72,10 @@ class CriticWorker:
         """Row groups, one per forward: the actor's row count or the critic's token budget (the same number of
         groups on every rank: each forward is an FSDP collective)."""
         a = self.cfg.actor
+        budget = self.cfg.critic.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch
         return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
-                                  self.batch_plan.micro_batch_rows, self.cfg.critic.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch,
-                                  a.use_packing, lambda count: all_reduce_max(count, self.device))
+                                  self.batch_plan.micro_batch_rows, budget, a.use_packing,
+                                  lambda count: all_reduce_max(count, self.device))
 
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
