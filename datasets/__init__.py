@@ -10,6 +10,7 @@ TASKS = {
     "mbpp": ("mbpp", "train", "test"),
     "humaneval": ("humaneval", "test", "test"),
     "minif2f": ("minif2f", "valid", "test"),
+    "math_tool": ("math_tool", "train", "test"),
 }
 
 

@@ -123,6 +123,12 @@ def validate(cfg: Config) -> None:
     need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
     need(not (cfg.algorithm.tis_mode != "off" and cfg.rollout.logprobs is False), "rollout.logprobs",
          f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
+    need(cfg.rollout.max_turns >= 1, "rollout.max_turns", "must be >= 1")
+    need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
+         "must be auto, bwrap or docker (model code never runs unsandboxed)")
+    need(cfg.tool.timeout_s > 0 and cfg.tool.memory_mb > 0, "tool.timeout_s", "timeout_s and memory_mb must be > 0")
+    need(cfg.tool.max_output_chars >= 1 and cfg.tool.concurrency >= 1, "tool.max_output_chars",
+         "max_output_chars and concurrency must be >= 1")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

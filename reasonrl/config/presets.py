@@ -18,6 +18,9 @@ TASK_PRESETS: Dict[str, Dict[str, Any]] = {
     # Code: tests run in a sandbox.
     "mbpp": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
     "humaneval": {"rollout": {"max_new_tokens": 512}, "reward": {"verifier": "code", "timeout_s": 30.0}},
+    # GSM8K + MATH with a Python tool: the model runs code in the sandbox while it solves (docs/tools.md).
+    "math_tool": {"rollout": {"max_new_tokens": 1024, "max_turns": 4}, "reward": {"verifier": "math"},
+                  "tool": {"enabled": True}},
     # Lean 4 proofs (needs a Lean REPL).
     "minif2f": {"rollout": {"max_new_tokens": 1024}, "reward": {"verifier": "lean", "timeout_s": 120.0}},
 }

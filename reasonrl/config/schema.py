@@ -78,6 +78,9 @@ class RolloutConfig:
     ``algorithm.tis_mode`` is not off or ``check_weight_sync`` is on. Validation and evaluation never ask."""
     seed: int = 0
     """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
+    max_turns: int = 4
+    """With ``tool.enabled``: most model turns per trajectory (a turn ends at a tool call or at the answer), so at
+    most ``max_turns - 1`` tool calls. ``max_new_tokens`` bounds the whole trajectory, tool output included."""
 
 
 @dataclass
@@ -256,9 +259,31 @@ class EvalConfig:
 
 
 @dataclass
+class ToolConfig:
+    """Multi-turn tool use during rollout (docs/tools.md): the model's calls run in a sandbox while it solves."""
+
+    enabled: bool = False
+    """Run the multi-turn loop: generation stops at each tool call, the call runs, its output is appended as a tool
+    turn (masked out of the loss, KL and entropy), and generation resumes."""
+    name: str = "python"
+    """Which tool (``reasonrl.tools`` registry): python (fenced ```python blocks, state kept across calls)."""
+    sandbox: str = "auto"
+    """Sandbox backend for tool calls: auto (bwrap when usable, else docker), bwrap, docker."""
+    timeout_s: float = 5.0
+    """Wall-clock limit of one call; a call past it ends with an error message to the model."""
+    memory_mb: int = 512
+    """Memory limit of one call, in MiB."""
+    max_output_chars: int = 512
+    """A tool turn shows at most this many characters of a call's output (the rest is cut, with a note)."""
+    concurrency: int = 8
+    """Tool calls run at once per worker (threads; with docker, also the warm container pool size)."""
+
+
+@dataclass
 class Config:
     task: str = "gsm8k"
-    """Task preset (sets data and verifier defaults): gsm8k, math, math500, mbpp, humaneval, minif2f, arith."""
+    """Task preset (sets data and verifier defaults): gsm8k, math, math500, mbpp, humaneval, minif2f, arith,
+    math_tool."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -269,3 +294,4 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    tool: ToolConfig = field(default_factory=ToolConfig)

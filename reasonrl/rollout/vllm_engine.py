@@ -184,7 +184,8 @@ class VLLMRolloutEngine:
                                top_k=sampling.top_k if sampling.top_k > 0 else -1,
                                max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids),
                                ignore_eos=sampling.ignore_eos, logprobs=0 if sampling.logprobs else None,
-                               skip_special_tokens=True)
+                               skip_special_tokens=True, stop=list(sampling.stop) or None,
+                               include_stop_str_in_output=True)
 
     @staticmethod
     def _completion(out) -> Completion:

@@ -14,11 +14,12 @@ from typing import Any, Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from reasonrl.algorithms import compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty
+from reasonrl.algorithms import (compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty,
+                                 scores_to_token_rewards)
 from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
-from reasonrl.data.collate import collate_rollout
+from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import make_pool, verify_item
@@ -27,7 +28,7 @@ from reasonrl.workers.critic import CriticWorker
 
 from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
-from .metrics import PhaseTimer, policy_metrics, rollout_metrics
+from .metrics import PhaseTimer, policy_metrics, rollout_metrics, tool_metrics
 
 log = logging.getLogger(__name__)
 
@@ -205,11 +206,13 @@ class Trainer:
                     self.world_size, cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size)
             prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
             batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
-                                    self.tokenizer.pad_token_id)
+                                    self.tokenizer.pad_token_id, gen["tool_mask"] if "tool_mask" in gen else None)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
                                       gen["finish_reason"])
             metrics.update(sampling_metrics)
+            if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
+                metrics.update(tool_metrics(gen))
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
@@ -223,16 +226,15 @@ class Trainer:
             if self.critic is not None:
                 with timer("values"):
                     batch = batch.union(self.critic.compute_values(batch))
-            mask = batch["response_mask"]
+            mask = loss_mask(batch)  # response tokens the policy produced (tool turns left out)
             metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
             if rollout_logprobs_wanted(cfg):
                 metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
             with timer("advantages"):
                 token_rewards = None
                 if alg.kl_in_reward:
-                    last = (mask.sum(-1).long() - 1).clamp(min=0)
                     token_rewards = -alg.kl_coef * kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator) * mask
-                    token_rewards[torch.arange(len(scores)), last] += scores
+                    token_rewards = token_rewards + scores_to_token_rewards(scores, mask)  # on the last policy token
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
                 adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
                                                   group_index=group_index, token_rewards=token_rewards,

@@ -25,9 +25,11 @@ import torch.distributed as dist
 from reasonrl.algorithms import aggregate_loss, kl_penalty, policy_loss, tis_weights
 from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
+from reasonrl.data.collate import loss_mask
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import response_log_probs
 from reasonrl.rollout import SamplingParams, make_rollout_engine
+from reasonrl.rollout.multiturn import ToolRollout, tool_meta
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
@@ -78,6 +80,7 @@ class ActorRolloutRefWorker:
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
         self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
+        self.tool_rollout = None  # the multi-turn loop around the engine (tool.enabled), built on first use
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BATCH)
@@ -87,7 +90,7 @@ class ActorRolloutRefWorker:
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
         self._wake_engine()
         params = SamplingParams(**sampling)
-        results = self.engine.generate(prompts["prompt_ids"], params)
+        results = self._generator().generate(prompts["prompt_ids"], params)
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
                                                       "response_text", "finish_reason", "prompt_row")}
         for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
@@ -98,7 +101,17 @@ class ActorRolloutRefWorker:
                 meta["response_text"].append(c.text)
                 meta["finish_reason"].append(c.finish_reason)
                 meta["prompt_row"].append(i)
+        if self.cfg.tool.enabled:  # multi-turn: per-row tool_mask (masked out of the loss) and tool counts
+            meta.update(tool_meta([c for completions in results for c in completions]))
         return Batch(meta=meta)
+
+    def _generator(self):
+        """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
+        if not self.cfg.tool.enabled:
+            return self.engine
+        if self.tool_rollout is None:
+            self.tool_rollout = ToolRollout.from_config(self.engine, self.tokenizer, self.cfg)
+        return self.tool_rollout
 
     def _wake_engine(self, parts=("weights", "kv_cache")) -> None:
         """Re-allocate what ``sleep_engine`` freed: weights before a sync, then the KV cache before rollout."""
@@ -178,13 +191,13 @@ class ActorRolloutRefWorker:
         for _ in range(a.ppo_epochs):
             for mini in minis:
                 if alg.loss_agg_mode == "token-mean":
-                    global_denom = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
+                    global_denom = all_reduce_sum(loss_mask(mini).sum().item(), self.device)
                 else:
                     global_denom = all_reduce_sum(len(mini), self.device)
                 self.optimizer.zero_grad(set_to_none=True)
                 for mb in mini.split(a.micro_batch_size_per_worker):
                     mb = mb.to(self.device)
-                    mask = mb["response_mask"]
+                    mask = loss_mask(mb)  # response_mask without tool-turn tokens
                     local_denom = mask.sum().item() if alg.loss_agg_mode == "token-mean" else len(mb)
                     weight = local_denom / max(global_denom, 1e-8) * self.world_size
                     need_entropy = alg.entropy_coef != 0
