@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 
 import pytest
 
@@ -107,17 +106,6 @@ ATTACKS = {
                 "        socket.create_connection((host, {port}), timeout=1)\n        print('CONNECTED')\n"
                 "    except OSError:\n        print('refused')", "refused", False),
 }
-
-
-@pytest.fixture(scope="module")
-def listener():
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("0.0.0.0", 0))
-    server.listen(8)
-    server.setblocking(False)
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -1,0 +1,31 @@
+"""The real training command with task=math_tool: two PPO steps (critic included) on CPU with the real SmolLM2, Ray,
+FSDP2, the hf engine and the real sandbox; the tool metrics are logged and the loss stays finite."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_math_tool_trains_two_ppo_steps(tmp_path, model_path):
+    out = tmp_path / "run"
+    args = ["task=math_tool", "algorithm=ppo", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=48", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
+            "trainer.total_steps=2", "trainer.save_every=0", f"trainer.output_dir={out}",
+            "trainer.logger=[console,jsonl]"]
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for key in ("tool/turns_mean", "tool/calls", "tool/errors", "tool/timeouts", "tool/seconds",
+                    "tool/output_token_fraction", "actor/pg_loss", "actor/grad_norm", "critic/value_loss",
+                    "reward/mean"):
+            assert key in r and r[key] == r[key] and abs(r[key]) != float("inf"), key
+        assert 1 <= r["tool/turns_mean"] <= 4 and 0 <= r["tool/output_token_fraction"] < 1
+        assert r["tool/timeouts"] <= r["tool/errors"] <= r["tool/calls"]
+        assert 0 < r["response_length/mean"] <= 48
