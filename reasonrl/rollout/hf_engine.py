@@ -33,7 +33,8 @@ class StopStrings:
     """A transformers stopping criterion: a row is done once its last generated tokens contain a stop string."""
 
     def __init__(self, tokenizer, stops: List[str], prompt_width: int) -> None:
-        self.tokenizer, self.stops, self.prompt_width, self.window = tokenizer, list(stops), prompt_width, _window(stops)
+        self.tokenizer, self.stops, self.prompt_width = tokenizer, list(stops), prompt_width
+        self.window = _window(stops)
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         tails = input_ids[:, self.prompt_width:][:, -self.window:].tolist()
