@@ -102,6 +102,8 @@ class ToolRollout:
         self.tool.close()
 
     def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[ToolCompletion]]:
+        if not prompt_token_ids:
+            return []
         budget = sampling.max_new_tokens
         self._end_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         turn_sampling = replace(sampling, stop=list(self.tool.stop) + list(sampling.stop))
