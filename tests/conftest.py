@@ -13,6 +13,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 if _shared.is_dir():
     os.environ.setdefault("REASONRL_DATA_DIR", str(_shared))
 
+import socket  # noqa: E402
+
 import pytest  # noqa: E402
 
 
@@ -30,3 +32,15 @@ def model_path() -> str:
     from reasonrl.models import resolve_model_path
 
     return resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A TCP server on the host; no sandboxed program may ever connect to it."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 0))
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()

@@ -50,18 +50,6 @@ def host_secrets():
             os.unlink(path)
 
 
-@pytest.fixture(scope="module")
-def listener():
-    """A TCP server on the host; no sandboxed program may ever connect to it."""
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("0.0.0.0", 0))
-    server.listen(8)
-    server.setblocking(False)
-    yield server
-    server.close()
-
-
 def leak_task(path: str) -> dict:
     with open(path) as f:
         secret = f.read()

@@ -121,6 +121,8 @@ def validate(cfg: Config) -> None:
     need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
     need(not (cfg.algorithm.tis_mode != "off" and cfg.rollout.logprobs is False), "rollout.logprobs",
          f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
+    need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
+         "must be auto, bwrap or docker (model code never runs unsandboxed)")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

@@ -86,6 +86,9 @@ class RolloutConfig:
     ``algorithm.tis_mode`` is not off or ``check_weight_sync`` is on. Validation and evaluation never ask."""
     seed: int = 0
     """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
+    max_turns: int = 4
+    """With ``tool.enabled``: most model turns per trajectory (a turn ends at a tool call or at the answer), so at
+    most ``max_turns - 1`` tool calls. ``max_new_tokens`` bounds the whole trajectory, tool output included."""
 
 
 @dataclass
@@ -294,10 +297,31 @@ class EvalConfig:
 
 
 @dataclass
+class ToolConfig:
+    """Multi-turn tool use during rollout (docs/tools.md): the model's calls run in a sandbox while it solves."""
+
+    enabled: bool = False
+    """Run the multi-turn loop: generation stops at each tool call, the call runs, its output is appended as a tool
+    turn (masked out of the loss, KL and entropy), and generation resumes."""
+    name: str = "python"
+    """Which tool (``reasonrl.tools`` registry): python (fenced ```python blocks, state kept across calls)."""
+    sandbox: str = "auto"
+    """Sandbox backend for tool calls: auto (bwrap when usable, else docker), bwrap, docker."""
+    timeout_s: float = 5.0
+    """Wall-clock limit of one call; a call past it ends with an error message to the model."""
+    memory_mb: int = 512
+    """Memory limit of one call, in MiB."""
+    max_output_chars: int = 512
+    """A tool turn shows at most this many characters of a call's output (the rest is cut, with a note)."""
+    concurrency: int = 8
+    """Tool calls run at once per worker (threads; with docker, also the warm container pool size)."""
+
+
+@dataclass
 class Config:
     task: str = "gsm8k"
     """Task (reasonrl/config/tasks.py: data files, generation length; rows pick their verifier): gsm8k, math, math500,
-    mbpp, humaneval, minif2f, arith."""
+    mbpp, humaneval, minif2f, arith, math_tool."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -308,6 +332,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    tool: ToolConfig = field(default_factory=ToolConfig)
 
 
 FIELD_RANGES: Dict[str, str] = {
@@ -321,7 +346,11 @@ FIELD_RANGES: Dict[str, str] = {
     "rollout.weight_sync_bucket_mb": "[1, inf)", "rollout.seed": "[0, inf)",
     "actor.lr": "[0, inf)", "actor.weight_decay": "[0, inf)", "actor.betas": "[0, 1)", "actor.warmup_steps": "[0, inf)",
     "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
-    "actor.micro_batch_size_per_worker": "[1, inf)",
+    "actor.micro_batch_size_per_worker": "[1, inf)", "actor.max_tokens_per_micro_batch": "[0, inf)",
+    "ref.max_tokens_per_micro_batch": "[0, inf)", "critic.max_tokens_per_micro_batch": "[0, inf)",
+    "rollout.max_turns": "[1, inf)",
+    "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
+    "tool.concurrency": "[1, inf)",
     "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",
     "algorithm.clip_ratio_dual": "[0, inf)",
     "algorithm.kl_coef": "[0, inf)", "algorithm.entropy_coef": "[0, inf)", "algorithm.gamma": "[0, 1]",

@@ -38,6 +38,8 @@ class Task:
     """Generation length of the task preset (``rollout.max_new_tokens``)."""
     verify_timeout_s: Optional[float] = None
     """``reward.timeout_s`` of the task preset (None: the schema default); code and proofs need longer."""
+    tool_turns: int = 0
+    """Model turns of a tool-using task (``rollout.max_turns``; the preset turns ``tool.enabled`` on); 0: no tool."""
 
 
 TASKS: Dict[str, Task] = {t.name: t for t in (
@@ -57,6 +59,9 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     Task("mbpp", "mbpp", "train", "test", "code", ("mbpp",), "a ```python code block", 512, 30.0),
     Task("humaneval", "humaneval", "test", "test", "code", ("humaneval", "openai_humaneval"),
          "a ```python code block", 512, 30.0),
+    # GSM8K + MATH with a Python tool: the model runs code in the sandbox while it solves (docs/tools.md).
+    Task("math_tool", "math_tool", "train", "test", "math", (),
+         "reasoning with ```python cells run by the tool, then the final answer in \\boxed{}", 1024, tool_turns=4),
     # Lean 4 proofs (needs a Lean REPL).
     Task("minif2f", "minif2f", "valid", "test", "lean", ("minif2f",), "the whole theorem in a ```lean4 block",
          1024, 120.0),
@@ -86,4 +91,7 @@ def task_preset(name: str) -> Dict[str, Dict[str, object]]:
     preset: Dict[str, Dict[str, object]] = {"rollout": {"max_new_tokens": task.max_new_tokens}}
     if task.verify_timeout_s is not None:
         preset["reward"] = {"timeout_s": task.verify_timeout_s}
+    if task.tool_turns:
+        preset["rollout"]["max_turns"] = task.tool_turns
+        preset["tool"] = {"enabled": True}
     return preset

@@ -1,10 +1,12 @@
 """Completions -> the padded tensors the workers train on.
 
 Layout per row: prompt left-padded to P, response right-padded to T; ``input_ids`` is [R, P + T].
+``response_mask`` marks every response token; ``loss_mask`` those the policy produced, i.e. without the tool turns of
+a multi-turn rollout (``tool_masks``): the policy loss, KL, entropy, advantages and the critic use ``loss_mask``.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -12,7 +14,8 @@ from .batch import Batch
 
 
 def collate_rollout(prompt_ids: Sequence[List[int]], response_ids: Sequence[List[int]],
-                    rollout_log_probs: Sequence[List[float]], pad_id: int) -> Batch:
+                    rollout_log_probs: Sequence[List[float]], pad_id: int,
+                    tool_masks: Optional[Sequence[List[int]]] = None) -> Batch:
     rows = len(prompt_ids)
     P = max(len(p) for p in prompt_ids)
     T = max(1, max(len(r) for r in response_ids))
@@ -29,7 +32,21 @@ def collate_rollout(prompt_ids: Sequence[List[int]], response_ids: Sequence[List
             response_mask[i, :len(r)] = 1.0
             rollout_lp[i, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    return Batch({
+    batch = Batch({
         "input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids,
         "responses": input_ids[:, P:].clone(), "response_mask": response_mask, "rollout_log_probs": rollout_lp,
     })
+    if tool_masks is not None:
+        tool = torch.zeros((rows, T), dtype=torch.float32)
+        for i, (r, m) in enumerate(zip(response_ids, tool_masks)):
+            if len(m) != len(r):
+                raise ValueError(f"row {i}: tool mask has {len(m)} entries for {len(r)} response tokens")
+            if m:
+                tool[i, :len(m)] = torch.tensor(m, dtype=torch.float32)
+        batch["loss_mask"] = response_mask * (1.0 - tool)
+    return batch
+
+
+def loss_mask(batch: Batch) -> torch.Tensor:
+    """The tokens the policy produced: ``loss_mask`` when the rollout had tool turns, else ``response_mask``."""
+    return batch["loss_mask"] if "loss_mask" in batch else batch["response_mask"]

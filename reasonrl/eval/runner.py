@@ -167,14 +167,6 @@ def _device(cfg: Config) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _close(obj: Any) -> None:
-    for method in ("close", "shutdown"):
-        fn = getattr(obj, method, None)
-        if callable(fn):
-            fn()
-            return
-
-
 def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Dict[str, Any]], store: SampleStore,
                        model_path: str, tokenizer, timing: Dict[str, float], echo: Callable[[str], None]) -> None:
     """Sample and verify the ``todo`` problems batch by batch, appending each verified batch to ``store``."""
@@ -187,11 +179,16 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     e = cfg.eval
     sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens,
                               logprobs=False)
-    engine = pool = bar = None
+    engine = pool = bar = tools = None
     try:
         device = _device(cfg)
         engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
                                      device, cfg.data.max_prompt_length + e.max_new_tokens)
+        generator = engine
+        if cfg.tool.enabled:  # multi-turn: the model's tool calls run in the sandbox (docs/tools.md)
+            from reasonrl.rollout.multiturn import ToolRollout
+
+            generator = tools = ToolRollout.from_config(engine, tokenizer, cfg)
         pool = make_pool(cfg.reward)
         bar = tqdm(total=len(dataset), initial=len(done), unit="problem", desc="eval", dynamic_ncols=True)
         for start in range(0, len(todo), e.batch_size):
@@ -199,7 +196,7 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
             bar.set_description("sampling")
             sampling.seed = cfg.trainer.seed + batch[0]
             t0 = time.time()
-            outputs = engine.generate([dataset[i].token_ids for i in batch], sampling)
+            outputs = generator.generate([dataset[i].token_ids for i in batch], sampling)
             timing["generate_s"] += time.time() - t0
             bar.set_description("verifying")
             items = [verify_item(dataset[i].row, c.text, cfg.reward) for i, comps in zip(batch, outputs) for c in comps]
@@ -225,9 +222,12 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     finally:
         if bar is not None:
             bar.close()
-        for obj in (pool, engine):
-            if obj is not None:
-                _close(obj)
+        if tools is not None:  # the tool loop's sandbox sessions first, then the verifier pool and the engine
+            tools.close()
+        if pool is not None:
+            pool.close()
+        if engine is not None:
+            engine.shutdown()
 
 
 def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]:
@@ -262,6 +262,7 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
         "model_path": model_path, "task": cfg.task, "split": e.split, "files": files, "n": e.n,
         "temperature": e.temperature, "top_p": e.top_p, "max_new_tokens": e.max_new_tokens,
         "system_prompt": cfg.data.system_prompt, "apply_chat_template": cfg.data.apply_chat_template,
+        **({"tool": {**vars(cfg.tool), "max_turns": cfg.rollout.max_turns}} if cfg.tool.enabled else {}),
     })
     stored = store.load()
     done: Dict[int, Dict[str, Any]] = {}

@@ -27,6 +27,9 @@ class SamplingParams:
     """Generate exactly ``max_new_tokens`` (benchmarks)."""
     seed: Optional[int] = None
     """Seed for this call (engines that cannot seed per call seed at start-up instead)."""
+    stop: List[str] = field(default_factory=list)
+    """Strings that end a sample once its decoded text contains one (tool calls end at a closing code fence). The
+    sample's token ids run up to and including the token that completes the string; nothing after it is kept."""
     logprobs: bool = True
     """Return each sampled token's log-prob (``Completion.logprobs``; empty when off). Asking vLLM for them
     halved its throughput on an H200 (benchmarks/results/gpu_anchors.json), so callers that do not use them

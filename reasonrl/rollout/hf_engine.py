@@ -12,6 +12,37 @@ import torch
 from .base import Completion, SamplingParams
 
 
+def _window(stops: List[str]) -> int:
+    """Tokens that surely hold a stop string that the last of them completed (a token holds at least one char)."""
+    return max(len(s) for s in stops) + 2
+
+
+def first_stop_string_end(tokenizer, token_ids: List[int], stops: List[str]):
+    """The length of the shortest prefix of ``token_ids`` whose decoded text contains a stop string (None: none)."""
+    if not any(s in tokenizer.decode(token_ids, skip_special_tokens=True) for s in stops):
+        return None
+    w = _window(stops)
+    for j in range(len(token_ids)):
+        tail = tokenizer.decode(token_ids[max(0, j + 1 - w):j + 1], skip_special_tokens=True)
+        if any(s in tail for s in stops):
+            return j + 1
+    return None
+
+
+class StopStrings:
+    """A transformers stopping criterion: a row is done once its last generated tokens contain a stop string."""
+
+    def __init__(self, tokenizer, stops: List[str], prompt_width: int) -> None:
+        self.tokenizer, self.stops, self.prompt_width = tokenizer, list(stops), prompt_width
+        self.window = _window(stops)
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        tails = input_ids[:, self.prompt_width:][:, -self.window:].tolist()
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
+        return torch.tensor([any(s in t for s in self.stops) for t in texts], dtype=torch.bool,
+                            device=input_ids.device)
+
+
 class HFRolloutEngine:
     name = "hf"
     supports_sleep = False
@@ -51,6 +82,10 @@ class HFRolloutEngine:
                           top_k=sampling.top_k if sampling.top_k > 0 else None)
         if sampling.ignore_eos:
             kwargs.update(min_new_tokens=sampling.max_new_tokens)
+        if sampling.stop:
+            from transformers import StoppingCriteriaList
+
+            kwargs.update(stopping_criteria=StoppingCriteriaList([StopStrings(self.tokenizer, sampling.stop, width)]))
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                   **kwargs).cpu()
         if greedy and sampling.n > 1:  # greedy samples are identical: decode once (transformers refuses n > 1)
@@ -64,6 +99,10 @@ class HFRolloutEngine:
                 if tok in stop_ids:
                     cut, reason = j + 1, "stop"
                     break
+            if sampling.stop:
+                at = first_stop_string_end(self.tokenizer, row[:cut], sampling.stop)
+                if at is not None:
+                    cut, reason = at, "stop"
             token_lists.append(row[:cut])
             reasons.append(reason)
         logprobs = self.sequence_logprobs(prompts, token_lists) if sampling.logprobs else [[] for _ in token_lists]

@@ -64,16 +64,19 @@ def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager:
 
 
 def sampling_params(n: int, temperature: float, top_p: float, top_k: int, max_tokens: int,
-                    stop_token_ids: Sequence[int], ignore_eos: bool, logprobs: bool):
+                    stop_token_ids: Sequence[int], ignore_eos: bool, logprobs: bool, stop: Sequence[str] = ()):
     """vLLM SamplingParams for a rollout. ``top_k <= 0`` means no top-k (vLLM takes 0 or -1 for that).
     ``logprobs=True`` asks for the sampled token's log-prob only (``logprobs=0``). ``detokenize=False``: vLLM's
     incremental detokeniser works per token inside the engine loop; the caller decodes finished samples in one
-    batched call instead."""
+    batched call instead. ``stop`` strings end a sample and stay in its output (a tool call's closing fence)."""
     from vllm import SamplingParams
 
     return SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
                           max_tokens=max_tokens, stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos,
-                          logprobs=0 if logprobs else None, skip_special_tokens=True, detokenize=False)
+                          logprobs=0 if logprobs else None, skip_special_tokens=True,
+                          stop=list(stop) or None, include_stop_str_in_output=True,
+                          # vLLM matches stop strings on its detokenised text, so it detokenises when there are any
+                          detokenize=bool(stop))
 
 
 def prompt_logprob_params():

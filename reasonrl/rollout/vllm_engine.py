@@ -116,7 +116,7 @@ class VLLMRolloutEngine:
         # seeded once at start-up (cfg.seed) instead.
         return vllm_compat.sampling_params(n, sampling.temperature, sampling.top_p, sampling.top_k,
                                            sampling.max_new_tokens, sampling.stop_token_ids, sampling.ignore_eos,
-                                           bool(sampling.logprobs))
+                                           bool(sampling.logprobs), sampling.stop)
 
     @staticmethod
     def _completion(out, text: str) -> Completion:

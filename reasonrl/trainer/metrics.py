@@ -60,3 +60,23 @@ def policy_metrics(old_log_probs: torch.Tensor, ref_log_probs, entropy, mask: to
     if ref_log_probs is not None:
         out["actor/kl"] = float(masked_mean(kl_penalty(old_log_probs, ref_log_probs, "k3"), mask))
     return out
+
+
+def tool_metrics(gen) -> Dict[str, float]:
+    """Multi-turn tool rollouts (meta of the workers' ``generate``): turns per trajectory, tool calls, errors,
+    timeouts and seconds, and the share of response tokens that tool turns wrote."""
+    rows = max(1, len(gen["turns"]))
+    calls = sum(gen["tool_calls"])
+    tool_tokens = sum(sum(m) for m in gen["tool_mask"])
+    all_tokens = sum(len(m) for m in gen["tool_mask"])
+    return {
+        "tool/turns_mean": sum(gen["turns"]) / rows,
+        "tool/turns_max": float(max(gen["turns"], default=0)),
+        "tool/calls_per_trajectory": calls / rows,
+        "tool/calls": float(calls),
+        "tool/errors": float(sum(gen["tool_errors"])),
+        "tool/timeouts": float(sum(gen["tool_timeouts"])),
+        "tool/error_rate": sum(gen["tool_errors"]) / max(1, calls),
+        "tool/seconds": float(sum(gen["tool_seconds"])),
+        "tool/output_token_fraction": tool_tokens / max(1, all_tokens),
+    }

@@ -22,7 +22,7 @@ from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.data import Batch, EpochSampler, PromptDataset
-from reasonrl.data.collate import collate_rollout
+from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.models import load_tokenizer, resolve_model_path
@@ -31,7 +31,7 @@ from reasonrl.rewards import make_pool, verifier_for, verify_item
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
 from .interrupt import stop_at_step_boundary
-from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics
+from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
 from .passes import passes_needed
 from .watchdog import PhaseWatchdog
 
@@ -241,13 +241,15 @@ class Trainer:
                     self.world_size, self.batch_plan.mini_batch_prompts)
             prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
             batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
-                                    self.tokenizer.pad_token_id)
+                                    self.tokenizer.pad_token_id, gen["tool_mask"] if "tool_mask" in gen else None)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
                                       gen["finish_reason"])
             metrics.update(sampling_metrics)
             verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
             metrics.update(per_verifier_metrics(verifiers, [r.score for r in results], [r.correct for r in results]))
+            if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
+                metrics.update(tool_metrics(gen))
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
@@ -263,7 +265,7 @@ class Trainer:
             if self.critic is not None:
                 with timer("values"):
                     batch = batch.union(self.critic.compute_values(batch))
-            mask = batch["response_mask"]
+            mask = loss_mask(batch)  # response tokens the policy produced (tool turns left out)
             if passes.old_log_probs:
                 metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
                 if rollout_logprobs_wanted(cfg):

@@ -29,10 +29,12 @@ from reasonrl.algorithms.aggregation import masked_fill_zero
 from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
 from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine
+from reasonrl.rollout.multiturn import ToolRollout, tool_meta
 
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_max, all_reduce_sum, start_rank
@@ -88,6 +90,7 @@ class ActorRolloutRefWorker:
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
         self.engine_start_s = time.perf_counter() - started  # the trainer's startup_s/engine_start
+        self.tool_rollout = None  # the multi-turn loop around the engine (tool.enabled), built on first use
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BATCH)
@@ -96,7 +99,7 @@ class ActorRolloutRefWorker:
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
         params = SamplingParams(**sampling)
-        results = self.engine.generate(prompts["prompt_ids"], params)
+        results = self._generator().generate(prompts["prompt_ids"], params)
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
                                                       "response_text", "finish_reason", "prompt_row")}
         for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
@@ -108,7 +111,17 @@ class ActorRolloutRefWorker:
                 meta["response_text"].append(c.text)
                 meta["finish_reason"].append(c.finish_reason)
                 meta["prompt_row"].append(i)
+        if self.cfg.tool.enabled:  # multi-turn: per-row tool_mask (masked out of the loss) and tool counts
+            meta.update(tool_meta([c for completions in results for c in completions]))
         return Batch(meta=meta)
+
+    def _generator(self):
+        """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
+        if not self.cfg.tool.enabled:
+            return self.engine
+        if self.tool_rollout is None:
+            self.tool_rollout = ToolRollout.from_config(self.engine, self.tokenizer, self.cfg)
+        return self.tool_rollout
 
     @dispatch(ONE_TO_ALL)
     def sleep_engine(self) -> float:
@@ -203,12 +216,12 @@ class ActorRolloutRefWorker:
         before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0}
         for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
-                global_denom = all_reduce_sum(loss_denominator(mini["response_mask"], alg.loss_agg_mode),
+                global_denom = all_reduce_sum(loss_denominator(loss_mask(mini), alg.loss_agg_mode),
                                               self.device)
                 self.optimizer.zero_grad(set_to_none=True)
                 for idx in self._micro_batches(mini, a.max_tokens_per_micro_batch):
                     mb = mini.select(idx).to(self.device)
-                    mask = mb["response_mask"]
+                    mask = loss_mask(mb)  # response_mask without tool-turn tokens
                     # Each micro-batch's loss is its own mean; weighted by its share of the mini-batch's denominator
                     # the sum is the mini-batch's mean, whatever the grouping (x world size: FSDP averages ranks).
                     weight = loss_denominator(mask, alg.loss_agg_mode) / max(global_denom, 1e-8) * self.world_size
@@ -258,7 +271,7 @@ class ActorRolloutRefWorker:
     def _add_policy_sums(sums: Dict[str, float], lp: torch.Tensor, ent: torch.Tensor, mb: Batch) -> None:
         """Masked sums for the metrics the old-log-prob pass gives (trainer.metrics.policy_metrics, the rollout
         mismatch), from the update's first (and only) forward of each row."""
-        mask = mb["response_mask"]
+        mask = loss_mask(mb)
         sums["tokens"] += float(mask.sum())
         sums["entropy"] += float(masked_sum(ent, mask))
         if "ref_log_probs" in mb:

@@ -22,6 +22,7 @@ from reasonrl.algorithms import explained_variance, masked_mean, value_loss
 from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import micro_batch_groups, restore_order
 from reasonrl.models import torch_dtype
 from reasonrl.models.value_head import ValueModel, load_value_state_dict, micro_batch_values
@@ -63,7 +64,7 @@ class CriticWorker:
 
     # ------------------------------------------------------------------ values
     def _values(self, mb: Batch) -> torch.Tensor:
-        mb_mask = mb["response_mask"]
+        mb_mask = loss_mask(mb)  # the policy's tokens: no values at tool-turn tokens
         values = micro_batch_values(self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
                                     mb["responses"].shape[1], packed=self.cfg.actor.use_packing)
         return values * mb_mask
@@ -114,11 +115,11 @@ class CriticWorker:
 
         for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
-                global_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.device)
+                global_tokens = all_reduce_sum(loss_mask(mini).sum().item(), self.device)
                 self.optimizer.zero_grad(set_to_none=True)
                 for idx in self._micro_batches(mini):
                     mb = mini.select(idx).to(self.device)
-                    mask = mb["response_mask"]
+                    mask = loss_mask(mb)
                     weight = mask.sum().item() / max(global_tokens, 1e-8) * self.world_size
                     values = self._values(mb)
                     loss, vl_metrics = value_loss(values, mb["values"], mb["returns"], mask, c.cliprange_value,
@@ -135,7 +136,7 @@ class CriticWorker:
                     add("critic/skipped_steps", 1.0)
                 add("critic/grad_norm", grad_norm)
         metrics = {k: sums[k] / counts[k] for k in sums}
-        mask = batch["response_mask"]
+        mask = loss_mask(batch)
         metrics["critic/explained_variance"] = explained_variance(batch["values"], batch["returns"], mask)
         metrics["critic/returns_mean"] = float(masked_mean(batch["returns"], mask))
         metrics["critic/values_mean"] = float(masked_mean(batch["values"], mask))
