@@ -78,6 +78,11 @@ class RolloutConfig:
     ``algorithm.tis_mode`` is not off or ``check_weight_sync`` is on. Validation and evaluation never ask."""
     seed: int = 0
     """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
+    tensor_parallel_size: int = 1
+    """vLLM: workers that share one rollout engine, sharded this many ways (tensor parallel, one shard in each
+    worker's own process; vLLM's external-launcher executor). Must divide the workers; ranks r*T .. r*T+T-1 form
+    one engine and get the same prompts. The model's attention and KV heads must divide by it. 1: every worker has
+    a whole engine."""
 
 
 @dataclass
@@ -230,7 +235,8 @@ class TrainerConfig:
     profile: str = "auto"
     """Size profile: auto (cpu when no GPU and no sizes given), cpu, none."""
     ray_address: Optional[str] = None
-    """Ray cluster address; None starts a local Ray."""
+    """Ray cluster to join: auto (the cluster started on this machine with ``ray start``), or the head's
+    host:port. None starts a local Ray. See docs/multinode.md."""
 
 
 @dataclass

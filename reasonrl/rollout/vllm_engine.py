@@ -95,6 +95,25 @@ def _worker_reload_finish(worker) -> List[str]:
     return incomplete
 
 
+def _worker_unlink_cpu_shm(worker) -> int:
+    """CPU, tensor parallel: vLLM's CPU all-reduce maps one shared-memory segment per rank, named after the group
+    only (an externally launched engine always gets the same name). Once every rank has mapped the others' segments
+    (vLLM's barrier at start-up) the names are no longer needed: removing this rank's keeps the memory mapped, and a
+    worker killed later leaves no segment behind for the next engine of that name to trip over (EEXIST)."""
+    from vllm.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    shm = getattr(group.device_communicator, "dist_module", None)
+    name = getattr(shm, "group_name", None)
+    if name is None:  # not the shared-memory communicator
+        return 0
+    path = f"/dev/shm/{name.lstrip('/')}_{group.rank_in_group}"
+    if os.path.exists(path):
+        os.unlink(path)
+        return 1
+    return 0
+
+
 def _retie_output_head(model, model_config) -> None:
     """CPU path: with tied word embeddings the output head shares the embedding's weight, and gets none of its own
     from a checkpoint. The reload gives ``embed_tokens`` a new weight tensor, which breaks the tie (the head would
@@ -107,6 +126,22 @@ def _retie_output_head(model, model_config) -> None:
         return
     head.tie_weights(embed)
     head.quant_method.process_weights_after_loading(head)
+
+
+def tensor_parallel_kwargs(size: int) -> dict:
+    """``LLM`` arguments for an engine sharded over ``size`` worker processes (``rollout.tensor_parallel_size``).
+
+    vLLM's external-launcher executor makes each calling process one tensor-parallel rank of the engine: it joins
+    the torch process group the workers already share (FSDP's), and builds its tensor-parallel groups from
+    consecutive ranks of that world (ranks r*T .. r*T+T-1; the world divided by T is "external" data parallel:
+    independent engines). Every rank of an engine runs its own scheduler, so all of them must make the same calls
+    with the same prompts, and sampling stays identical across them because they share the engine seed and
+    all-reduced logits. vLLM's custom all-reduce is off: it needs every GPU visible to each process, and a Ray
+    worker sees only its own; NCCL's all-reduce is used instead."""
+    if size <= 1:
+        return {}
+    return {"tensor_parallel_size": size, "distributed_executor_backend": "external_launcher",
+            "disable_custom_all_reduce": True}
 
 
 class VLLMRolloutEngine:
@@ -138,6 +173,7 @@ class VLLMRolloutEngine:
         self.last_sync: dict = {}
         kwargs = dict(model=model_path, dtype=dtype, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
                       max_model_len=max_model_len, trust_remote_code=False)
+        kwargs.update(tensor_parallel_kwargs(cfg.tensor_parallel_size))
         if self.on_cpu:
             # A set VLLM_CPU_KVCACHE_SPACE (whole GiB) overrides this: vLLM still honours the legacy variable.
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * GIB)
@@ -150,6 +186,8 @@ class VLLMRolloutEngine:
         # multi-process executor does. In-process there is no binding, and the no-op would stop the actor
         # (same process) from ever choosing its thread count, so the real function is put back.
         torch.set_num_threads = set_num_threads
+        if self.on_cpu and cfg.tensor_parallel_size > 1:
+            self.llm.collective_rpc(_worker_unlink_cpu_shm)
         layerwise_log = logging.getLogger(LAYERWISE_LOGGER)
         if not any(isinstance(f, _ParameterlessLayerFilter) for f in layerwise_log.filters):
             layerwise_log.addFilter(_ParameterlessLayerFilter())

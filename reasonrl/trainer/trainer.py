@@ -17,6 +17,7 @@ from tqdm import tqdm
 from reasonrl.algorithms import compute_advantages, kl_penalty, logprob_mismatch_stats, overlong_penalty
 from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.controller import WorkerGroup, start_ray
+from reasonrl.controller import cpus_per_worker as worker_cpus
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout
 from reasonrl.datasets import task_files
@@ -126,10 +127,11 @@ class Trainer:
         # The critic is colocated: its ranks time-share the actor ranks' cores (phases never overlap), so Ray is told
         # of twice the cores to place both groups.
         start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
-        cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
+        cpus_per_worker = (worker_cpus(self.world_size, 2 if self.use_critic else 1) if self.device == "cpu" else 1)
         gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
         self.workers = WorkerGroup(ActorRolloutRefWorker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                   {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share)
+                                   {"config": to_dict(cfg), "model_path": self.model_path}, gpu_fraction=gpu_share,
+                                   engine_ranks=cfg.rollout.tensor_parallel_size)
         self.worker_info = self.workers.info()
         self.critic: Optional[WorkerGroup] = None
         if self.use_critic:  # PPO: a value model per rank, next to the actor's

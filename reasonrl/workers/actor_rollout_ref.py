@@ -27,9 +27,9 @@ from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import response_log_probs
-from reasonrl.rollout import SamplingParams, make_rollout_engine
+from reasonrl.rollout import SamplingParams, make_rollout_engine, resolve_engine_name
 
-from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
+from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
@@ -75,16 +75,20 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
+        if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
+            raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
+                             f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
         self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
 
     # ------------------------------------------------------------------ rollout
-    @dispatch(SPLIT_BATCH)
+    @dispatch(SPLIT_BY_ENGINE)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
         """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
-        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
+        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
+        every rank of an engine gets the same prompts (they run the engine together)."""
         self._wake_engine()
         params = SamplingParams(**sampling)
         results = self.engine.generate(prompts["prompt_ids"], params)
@@ -314,5 +318,10 @@ class ActorRolloutRefWorker:
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
+        import ray
+
         return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep}
+                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep,
+                "node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
+                "node_ip": ray.util.get_node_ip_address() if ray.is_initialized() else None,
+                "engine_ranks": self.cfg.rollout.tensor_parallel_size}
