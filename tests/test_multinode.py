@@ -29,9 +29,17 @@ def two_node_cluster():
     workers) whatever the tests do."""
     from ray.cluster_utils import Cluster
 
+    from ray._common.utils import reset_ray_address
+
     if ray.is_initialized():
         ray.shutdown()
+    # The machine is shared: Ray's memory monitor would kill a worker when *other* processes fill the memory.
+    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # read by the raylets at start
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
+    # Ray's test cluster records itself as this machine's current cluster, which a plain ray.init() elsewhere on the
+    # machine would then join: forget it (the test connects by address).
+    reset_ray_address()
     try:
         cluster.add_node(num_cpus=1, resources={"node_b": 1})
         cluster.wait_for_nodes()
@@ -41,6 +49,10 @@ def two_node_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_memory_monitor_refresh_ms", None)
+        else:
+            os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 class ProbeWorker:

@@ -235,8 +235,7 @@ class TrainerConfig:
     profile: str = "auto"
     """Size profile: auto (cpu when no GPU and no sizes given), cpu, none."""
     ray_address: Optional[str] = None
-    """Ray cluster to join: auto (the cluster started on this machine with ``ray start``), or the head's
-    host:port. None starts a local Ray. See docs/multinode.md."""
+    """Ray cluster address; None starts a local Ray."""
 
 
 @dataclass

@@ -108,7 +108,8 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+    # "local": a new Ray of our own even when this machine runs a cluster (``ray start``) that a bare init would join
+    ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})
 
 
