@@ -14,7 +14,7 @@ import ray
 import torch
 
 from reasonrl.config import load_config, to_dict
-from reasonrl.controller import WorkerGroup
+from reasonrl.controller import WorkerGroup, free_port
 from reasonrl.data import Batch
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from reasonrl.workers.dispatch import ONE_TO_ALL, SPLIT_BY_ENGINE, dispatch
@@ -84,6 +84,13 @@ def test_split_by_engine_each_rank_gets_its_engines_part(local_ray):
 def test_engine_size_must_divide_workers():
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 .*num_workers=3"):
         WorkerGroup(EchoWorker, 3, use_gpu=False, cpus_per_worker=1, init_kwargs={}, engine_ranks=2)
+
+
+def test_hf_engine_refuses_tensor_parallel_before_loading_anything(model_path):
+    cfg, _ = load_config(["rollout.engine=hf", "rollout.tensor_parallel_size=2"], cuda_available=False)
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 needs rollout.engine=vllm"):
+        ActorRolloutRefWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
+                              master_port=free_port())
 
 
 # ----------------------------------------------------------------------------- the real engine, sharded two ways

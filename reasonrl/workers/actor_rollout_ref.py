@@ -41,6 +41,9 @@ class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
                  master_port: int, num_threads: int = 0) -> None:
         self.cfg = from_dict(config)
+        if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
+            raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
+                             f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.rank, self.world_size = rank, world_size
         self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
@@ -75,9 +78,6 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
-        if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
-            raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
-                             f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
                                           self.device, max_len)
         self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
