@@ -1,12 +1,18 @@
 """One GRPO step of the hybrid engine, phase by phase, on a random-weight Qwen2.5-1.5B-shaped model -> JSON.
 
     python benchmarks/gpu_grpo_step.py [--shape qwen2.5-1.5b] [--driver ray] [--out results/gpu_grpo_step.json]
+    python benchmarks/gpu_grpo_step.py --workers 2 --tp 2 --shape 7b --prompts-per-gpu 32 ...
 
 Drives the real ``ActorRolloutRefWorker`` (FSDP2 actor + colocated vLLM + reference policy) through Ray's
 ``WorkerGroup`` (``--driver local``: the same worker in this process, world size 1), in the order of
 ``Trainer.train_step``: rollout -> verify -> old log-probs -> ref log-probs -> advantages -> sleep -> actor update
 -> wake -> weight sync. The default workload is the issue's: 64 prompts x 8 samples, prompts of 256 random tokens,
 responses of exactly 1024 tokens (EOS ignored), bf16, one warm-up step and ``--steps`` timed steps.
+
+``--workers N`` runs N data-parallel ranks (one GPU each, FSDP2 over all of them); ``--tp T`` makes each T of them
+share one vLLM engine sharded T ways (``rollout.tensor_parallel_size``). ``--prompts-per-gpu P`` sets the prompts to
+P x N, so runs at different N do the same work per GPU; the JSON's ``*_per_gpu`` tokens/s then give the scaling
+efficiency directly (per-GPU tokens/s at N over that at 1). Memory is recorded for every rank (``*_per_rank``).
 
 Rewards are random numbers (a random-weight model writes no answers; verification is measured by the CPU
 benchmarks). Per phase the JSON holds seconds, the peak of torch's allocator in the worker and the device memory in
@@ -52,7 +58,7 @@ from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import response_log_probs  # noqa: E402
 from reasonrl.trainer.passes import passes_needed  # noqa: E402
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
-from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, dispatch  # noqa: E402
+from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BY_ENGINE, dispatch  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS = BENCH_DIR / "results"
@@ -66,11 +72,16 @@ SHAPES: Dict[str, Dict[str, Any]] = {
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
                          rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    # Qwen/Qwen2.5-7B-Instruct's config.json (architecture numbers only): 28 heads and 4 KV heads, so T = 2 or 4.
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
     # The same architecture, small enough for a CPU smoke test (head_dim 64: vLLM's CPU attention needs it).
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1, vocab_size=4096, max_position_embeddings=4096, rope_theta=10000.0,
                  rms_norm_eps=1e-6, tie_word_embeddings=True),
 }
+SHAPE_ALIASES = {"1.5b": "qwen2.5-1.5b", "7b": "qwen2.5-7b"}
 
 
 def build_tokenizer(vocab_size: int):
@@ -103,6 +114,8 @@ def write_random_model(shape: str, directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory, safe_serialization=True)
     build_tokenizer(vocab).save_pretrained(directory)
     del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the workers need the GPU this process used for the init
     return directory
 
 
@@ -188,18 +201,24 @@ class BenchWorker(ActorRolloutRefWorker):
 
     @dispatch(ONE_TO_ALL)
     def bench_set_lengths(self, bench_dir: str, lengths: List[int]) -> int:
-        """Give each sample of a generate call its own ``max_tokens`` (benchmarks/length_dist.py)."""
+        """Give each sample of a generate call its own ``max_tokens`` (benchmarks/length_dist.py). ``lengths`` are
+        the whole batch's, in sample order; each engine takes the slice of the prompts it is given (split by engine,
+        as ``generate`` splits them)."""
         if bench_dir not in sys.path:
             sys.path.insert(0, bench_dir)
         from length_dist import with_per_sample_lengths
 
+        engines = self.world_size // self.cfg.rollout.tensor_parallel_size
+        share = len(lengths) // engines
+        mine = lengths[(self.rank // self.cfg.rollout.tensor_parallel_size) * share:][:share]
         self.engine.llm.generate = with_per_sample_lengths(type(self.engine.llm).generate.__get__(self.engine.llm),
-                                                           lengths)
-        return len(lengths)
+                                                           mine)
+        return len(mine)
 
-    @dispatch(RANK_ZERO)
-    def bench_raw_generate(self, prompt_ids: List[List[int]], n: int, max_tokens: int) -> Dict[str, float]:
-        """The same engine's bare ``LLM.generate``: no log-probs, no conversion, no hand-off (the vLLM anchor)."""
+    @dispatch(SPLIT_BY_ENGINE)
+    def bench_raw_generate(self, prompts: Batch, n: int, max_tokens: int) -> Batch:
+        """The same engine's bare ``LLM.generate`` on its share of the prompts (split by engine, as the rollout is):
+        no log-probs, no conversion, no hand-off (the vLLM anchor). One row: seconds, tokens."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -208,12 +227,12 @@ class BenchWorker(ActorRolloutRefWorker):
         params = VSamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=True)
         _sync()
         start = time.perf_counter()
-        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                        use_tqdm=False)
+        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts["prompt_ids"]],
+                                        params, use_tqdm=False)
         _sync()
         seconds = time.perf_counter() - start
         tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-        return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+        return Batch(meta={"seconds": [seconds], "tokens": [tokens]})
 
 
     @dispatch(RANK_ZERO)
@@ -268,13 +287,16 @@ class LocalGroup:
         self.worker.engine.shutdown() if hasattr(self.worker.engine, "shutdown") else None
 
 
-def make_group(driver: str, init_kwargs: Dict[str, Any], use_gpu: bool, cpus_per_worker: int):
+def make_group(driver: str, init_kwargs: Dict[str, Any], use_gpu: bool, cpus_per_worker: int, workers: int = 1,
+               tp: int = 1):
     if driver == "local":
+        if workers != 1 or tp != 1:
+            raise ValueError("--driver local runs one worker in this process: --workers 1 --tp 1")
         return LocalGroup(BenchWorker, init_kwargs)
     from reasonrl.controller import WorkerGroup, start_ray
 
     start_ray(None, num_cpus=os.cpu_count())
-    return WorkerGroup(BenchWorker, 1, use_gpu, cpus_per_worker, init_kwargs)
+    return WorkerGroup(BenchWorker, workers, use_gpu, cpus_per_worker, init_kwargs, engine_ranks=tp)
 
 
 # ----------------------------------------------------------------------------- the step
@@ -295,7 +317,7 @@ class Recorder:
         out = fn()
         self.seconds[name] = time.perf_counter() - start
         if self.on_gpu:
-            self.memory[name] = self.group.bench_memory()[0]
+            self.memory[name] = self.group.bench_memory()  # one dict per rank (one GPU each)
         return out
 
 
@@ -339,18 +361,25 @@ def grpo_step(group, prompts: List[List[int]], args, pad_id: int, rec: Recorder,
             "sample": (gen["prompt_ids"][0], gen["response_ids"][0]), "batch": batch}
 
 
-def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int) -> Dict[str, Any]:
+def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int, gpus: int) -> Dict[str, Any]:
+    """One step's numbers. Tokens/s are of the whole group; ``*_per_gpu`` divide by the ``gpus`` (workers), and MFU
+    is per GPU (the group's FLOP/s over ``gpus`` x the peak)."""
     s = dict(rec.seconds)
     step = facts["step_s"]
     update_tps = facts["all_tokens"] / s["update_actor"]
     sync_sleep = s["weight_sync"] + s["sleep"] + s["wake"]
     return {
         "seconds": {**s, "step": step},
+        "gpus": gpus,
+        "step_response_tokens_per_s_per_gpu": facts["response_tokens"] / step / gpus,
+        "step_all_tokens_per_s_per_gpu": facts["all_tokens"] / step / gpus,
+        "rollout_tokens_per_s_per_gpu": facts["response_tokens"] / s["rollout"] / gpus,
+        "update_tokens_per_s_per_gpu": update_tps / gpus,
         "rollout_tokens_per_s": facts["response_tokens"] / s["rollout"],
         "old_log_probs_tokens_per_s": facts["all_tokens"] / s["old_log_probs"] if "old_log_probs" in s else None,
         "update_tokens_per_s": update_tps,
-        "update_mfu": 6 * n_params * update_tps / H200_BF16_DENSE_FLOPS,
-        "log_prob_mfu": (2 * n_params * facts["all_tokens"] / s["ref_log_probs"] / H200_BF16_DENSE_FLOPS
+        "update_mfu": 6 * n_params * update_tps / gpus / H200_BF16_DENSE_FLOPS,
+        "log_prob_mfu": (2 * n_params * facts["all_tokens"] / s["ref_log_probs"] / gpus / H200_BF16_DENSE_FLOPS
                          if "ref_log_probs" in s else None),
         "sync_plus_sleep_wake_fraction_of_step": sync_sleep / step,
         "phase_fraction_of_step": {k: v / step for k, v in s.items()},
@@ -366,13 +395,19 @@ def summarize_step(facts: Dict[str, Any], rec: Recorder, n_params: int) -> Dict[
 
 def mean_of(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     keys = ["rollout_tokens_per_s", "update_tokens_per_s", "update_mfu", "log_prob_mfu",
-            "sync_plus_sleep_wake_fraction_of_step", "old_log_probs_tokens_per_s"]
+            "sync_plus_sleep_wake_fraction_of_step", "old_log_probs_tokens_per_s",
+            "step_response_tokens_per_s_per_gpu", "step_all_tokens_per_s_per_gpu", "rollout_tokens_per_s_per_gpu",
+            "update_tokens_per_s_per_gpu"]
     out = {k: (sum(s[k] for s in steps) / len(steps) if steps[0][k] is not None else None) for k in keys}
+    out["gpus"] = steps[0]["gpus"]
     out["seconds"] = {k: sum(s["seconds"][k] for s in steps) / len(steps) for k in steps[0]["seconds"]}
-    out["peak_allocated_gib"] = {k: max(s["memory_gib"].get(k, {}).get("peak_allocated_gib", 0.0) for s in steps)
-                                 for k in steps[0]["seconds"] if k != "step"}
-    out["device_used_gib_at_end"] = {k: max(s["memory_gib"].get(k, {}).get("device_used_gib", 0.0) for s in steps)
-                                     for k in steps[0]["seconds"] if k != "step"}
+    phases = [k for k in steps[0]["seconds"] if k != "step"]
+    for key, field in (("peak_allocated_gib", "peak_allocated_gib"), ("device_used_gib_at_end", "device_used_gib")):
+        # per phase, per rank (= per GPU): the largest over the timed steps; and the largest over the ranks
+        per_rank = {k: [max(s["memory_gib"][k][r].get(field, 0.0) for s in steps)
+                        for r in range(len(steps[0]["memory_gib"].get(k, [])))] for k in phases}
+        out[key + "_per_rank"] = per_rank
+        out[key] = {k: max(v, default=0.0) for k, v in per_rank.items()}
     return out
 
 
@@ -384,7 +419,7 @@ def config_overrides(args, model_dir: Path, on_gpu: bool) -> List[str]:
         f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
         f"model.gradient_checkpointing={args.gradient_checkpointing}",
         f"data.train_batch_size={args.prompts}", f"data.max_prompt_length={args.prompt_len}",
-        "rollout.engine=vllm", f"rollout.n={args.n}", f"rollout.max_new_tokens={args.response_len}",
+        "rollout.engine=vllm", f"rollout.tensor_parallel_size={args.tp}", f"rollout.n={args.n}", f"rollout.max_new_tokens={args.response_len}",
         f"rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
         f"rollout.enforce_eager={args.enforce_eager}", "rollout.free_cache_engine=true",
         f"rollout.kv_cache_gb={args.kv_cache_gb}",
@@ -405,8 +440,12 @@ def write(out: Path, result: Dict[str, Any]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    p.add_argument("--shape", choices=sorted(SHAPES) + sorted(SHAPE_ALIASES), default="qwen2.5-1.5b")
+    p.add_argument("--workers", type=int, default=1, help="data-parallel ranks, one GPU each")
+    p.add_argument("--tp", type=int, default=1, help="rollout.tensor_parallel_size: ranks per vLLM engine")
     p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompts-per-gpu", type=int, default=0,
+                   help="if set, prompts = this x --workers (same work per GPU at any N); overrides --prompts")
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--response-len", type=int, default=1024)
@@ -438,6 +477,9 @@ def main() -> None:
     p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
     p.add_argument("--out", type=Path, default=RESULTS / "gpu_grpo_step.json")
     args = p.parse_args()
+    args.shape = SHAPE_ALIASES.get(args.shape, args.shape)
+    if args.prompts_per_gpu:
+        args.prompts = args.prompts_per_gpu * args.workers
 
     on_gpu = torch.cuda.is_available()
     wall_start = time.perf_counter()
@@ -469,12 +511,13 @@ def main() -> None:
         result["old_log_prob_pass"] = args.old_pass
         t0 = time.perf_counter()
         group = make_group(args.driver, {"config": to_dict(cfg), "model_path": str(model_dir)}, on_gpu,
-                           args.cpus_per_worker)
-        result["worker"] = group.info()[0]  # waits for the worker's constructor (Ray creates actors asynchronously)
+                           args.cpus_per_worker, args.workers, args.tp)
+        result["workers"] = group.info()  # waits for the constructors (Ray creates actors asynchronously)
         result["setup_s"]["worker_init"] = time.perf_counter() - t0
-        result["memory_after_init_gib"] = group.bench_memory()[0]
+        result["memory_after_init_gib_per_rank"] = group.bench_memory()
         write(args.out, result)
-        print(f"worker up in {result['setup_s']['worker_init']:.1f} s: {result['worker']}", flush=True)
+        print(f"{args.workers} worker(s) up in {result['setup_s']['worker_init']:.1f} s: {result['workers']}",
+              flush=True)
 
         if args.length_dist != "fixed":
             from length_dist import response_lengths
@@ -502,11 +545,12 @@ def main() -> None:
             facts = grpo_step(group, prompts, args, pad_id, rec, reward_rng)
             sample = facts.pop("sample")
             batch_for_profile = facts.pop("batch")
-            summary = summarize_step(facts, rec, n_params)
+            summary = summarize_step(facts, rec, n_params, args.workers)
             (warmups if i < args.warmup else steps).append(summary)
             print(f"step {i} ({'warm-up' if i < args.warmup else 'timed'}): "
                   + ", ".join(f"{k} {v:.2f}s" for k, v in summary["seconds"].items())
-                  + f"; rollout {summary['rollout_tokens_per_s']:.0f} tok/s, update MFU {summary['update_mfu']:.3f}",
+                  + f"; rollout {summary['rollout_tokens_per_s']:.0f} tok/s, update MFU {summary['update_mfu']:.3f}"
+                  + f", {summary['step_response_tokens_per_s_per_gpu']:.0f} response tok/s per GPU",
                   flush=True)
             result["warmup_steps"], result["steps"] = warmups, steps
             if steps:
@@ -514,7 +558,9 @@ def main() -> None:
             write(args.out, result)
 
         # the in-process vLLM anchor: the same engine's bare generate on the same prompts and lengths
-        raw = group.bench_raw_generate(prompts, args.n, args.response_len)
+        parts = group.bench_raw_generate(Batch(meta={"prompt_ids": prompts}), args.n, args.response_len)
+        seconds, tokens = max(parts["seconds"]), sum(parts["tokens"])  # the engines run side by side
+        raw = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
         result["vllm_same_engine_bare_generate"] = raw
         if steps:
             result["rollout_vs_bare_vllm"] = result["mean"]["rollout_tokens_per_s"] / raw["tokens_per_s"]
@@ -565,7 +611,7 @@ def main() -> None:
         result["wall_s"] = time.perf_counter() - wall_start
         write(args.out, result)
         summary = {k: result.get(k) for k in ("mean", "vllm_same_engine_bare_generate", "rollout_vs_bare_vllm",
-                                              "checks", "setup_s", "memory_after_init_gib")}
+                                              "checks", "setup_s", "memory_after_init_gib_per_rank")}
         print("SUMMARY " + json.dumps(summary, default=str), flush=True)
         print(f"wrote {args.out} ({result['status']})", flush=True)
     sys.exit(0 if result["status"] == "ok" else 1)

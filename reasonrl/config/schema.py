@@ -89,6 +89,11 @@ class RolloutConfig:
     max_turns: int = 4
     """With ``tool.enabled``: most model turns per trajectory (a turn ends at a tool call or at the answer), so at
     most ``max_turns - 1`` tool calls. ``max_new_tokens`` bounds the whole trajectory, tool output included."""
+    tensor_parallel_size: int = 1
+    """vLLM: workers that share one rollout engine, sharded this many ways (tensor parallel, one shard in each
+    worker's own process; vLLM's external-launcher executor). Must divide the workers; ranks r*T .. r*T+T-1 form
+    one engine and get the same prompts. The model's attention and KV heads must divide by it. 1: every worker has
+    a whole engine."""
 
 
 @dataclass
@@ -348,7 +353,7 @@ FIELD_RANGES: Dict[str, str] = {
     "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
     "actor.micro_batch_size_per_worker": "[1, inf)", "actor.max_tokens_per_micro_batch": "[0, inf)",
     "ref.max_tokens_per_micro_batch": "[0, inf)", "critic.max_tokens_per_micro_batch": "[0, inf)",
-    "rollout.max_turns": "[1, inf)",
+    "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)",
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
     "tool.concurrency": "[1, inf)",
     "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",

@@ -1,4 +1,5 @@
-"""The single controller's tools: Ray start-up and WorkerGroup (split by rank, call, gather)."""
-from .worker_group import WorkerGroup, free_port, mean_metrics, start_ray
+"""The single controller's tools: Ray start-up, placement over the cluster, and WorkerGroup (split, call, gather)."""
+from .placement import ClusterTooSmallError, free_port
+from .worker_group import WorkerGroup, cpus_per_worker, mean_metrics, start_ray
 
-__all__ = ["WorkerGroup", "free_port", "mean_metrics", "start_ray"]
+__all__ = ["ClusterTooSmallError", "WorkerGroup", "cpus_per_worker", "free_port", "mean_metrics", "start_ray"]

@@ -1,33 +1,29 @@
 """WorkerGroup: one Ray actor per data-parallel rank, called as if it were one local object.
 
 ``group.update_actor(batch)`` looks up the method's dispatch mode (``reasonrl.workers.dispatch``), splits the batch
-by rank, calls every rank, and gathers the results. This is the only place that splits and gathers.
+by rank (or by rollout engine: a tensor-parallel group of ``engine_ranks`` ranks shares one), calls every rank, and
+gathers the results. This is the only place that splits and gathers. Where the ranks run (one placement-group bundle
+each, over as many nodes as needed) and where they meet for torch's rendezvous is ``placement``'s job.
 """
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import remove_placement_group
 
 from reasonrl.data.batch import Batch
 from reasonrl.fault_points import arrive, fault_point, hang_here
-from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS
+from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS
 from reasonrl.workers.stacks import DUMP_SIGNAL, install_stack_dump
 
 STACK_DUMP_WAIT_S = 5.0
 """How long the controller waits for a signalled worker's stack dump to be written."""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .placement import on_bundle, rendezvous_address, reserve_bundles
 
 
 def mean_metrics(dicts: List[Dict[str, float]]) -> Dict[str, float]:
@@ -35,25 +31,38 @@ def mean_metrics(dicts: List[Dict[str, float]]) -> Dict[str, float]:
     return {k: sum(d[k] for d in dicts if k in d) / sum(1 for d in dicts if k in d) for k in keys}
 
 
+def check_engine_ranks(world_size: int, engine_ranks: int) -> None:
+    """Every rollout engine spans ``engine_ranks`` consecutive ranks (``rollout.tensor_parallel_size``), so it must
+    divide the workers."""
+    if engine_ranks < 1 or world_size % engine_ranks:
+        raise ValueError(f"rollout.tensor_parallel_size={engine_ranks} must be >= 1 and divide the "
+                         f"trainer.num_workers={world_size} workers")
+
+
 class WorkerGroup:
     """``world_size`` copies of ``worker_cls`` in one placement group (one bundle per rank)."""
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0) -> None:
-        """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU."""
+                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1) -> None:
+        """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU. ``engine_ranks``: ranks
+        that share one rollout engine (``rollout.tensor_parallel_size``); ranks r*T .. r*T+T-1 form engine r.
+
+        Fails at once (before any placement) when ``engine_ranks`` does not divide ``world_size`` or when the
+        cluster cannot hold ``world_size`` bundles. The torch rendezvous is on bundle 0's node, at a port free there.
+        """
+        check_engine_ranks(world_size, engine_ranks)
         self.worker_cls = worker_cls
         self.world_size = world_size
+        self.engine_ranks = engine_ranks
         gpus = gpu_fraction if use_gpu else 0
         bundle = {"CPU": cpus_per_worker, **({"GPU": gpus} if use_gpu else {})}
-        self.placement_group = placement_group([dict(bundle) for _ in range(world_size)], strategy="PACK")
-        ray.get(self.placement_group.ready())
-        master_addr, master_port = "127.0.0.1", free_port()
+        self.placement_group = reserve_bundles(world_size, bundle)
+        master_addr, master_port = rendezvous_address(self.placement_group)
         remote_cls = ray.remote(worker_cls)
         env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
         self.workers = [
             remote_cls.options(
-                num_cpus=cpus_per_worker, num_gpus=gpus,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=r),
+                num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
                 runtime_env={"env_vars": env},
             ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
                      num_threads=cpus_per_worker)
@@ -83,6 +92,13 @@ class WorkerGroup:
         for rank, w in enumerate(self.workers):  # test hook: REASONRL_FAULT_AT=worker<rank>.<method>=hang
             if arrive(f"worker{rank}.{name}") == "hang":
                 w.__ray_call__.remote(hang_here)  # queued before the method: the worker blocks in it
+        if mode == SPLIT_BY_ENGINE:
+            batch, rest = args[0], args[1:]
+            parts = batch.chunk(self.world_size // self.engine_ranks)
+            refs = [getattr(w, name).remote(parts[r // self.engine_ranks], *rest, **kwargs)
+                    for r, w in enumerate(self.workers)]
+            results = ray.get(refs)
+            return Batch.concat(results[::self.engine_ranks])
         if mode in (SPLIT_BATCH, SPLIT_METRICS):
             batch, rest = args[0], args[1:]
             parts = batch.chunk(self.world_size)
@@ -142,15 +158,22 @@ class WorkerGroup:
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> None:
-    """Start (or join) Ray once, passing this process's environment on to the workers."""
+    """Start a local Ray (``address`` None) or join a running cluster (``auto`` or ``host:port``, the head's GCS),
+    once, passing this process's environment on to the workers (on every node)."""
     if ray.is_initialized():
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
-                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME", "REASONRL_FAULT_AT")
+                "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME",
+                "REASONRL_FAULT_AT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG")
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    # No address: a new local Ray of this run's own ("local"); address=None would join whatever cluster another
-    # user last started on this machine (RAY_ADDRESS or /tmp/ray/ray_current_cluster).
+    # No address, "local": a new Ray of our own even when this machine runs a cluster (``ray start``) that a bare init would join
     ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})
+
+
+def cpus_per_worker(world_size: int, groups: int = 1) -> int:
+    """CPU cores for each worker of a CPU run: the cluster's CPUs shared by ``groups`` worker groups of
+    ``world_size`` ranks (colocated groups time-share the cores: Ray is told of each core once per group)."""
+    return max(1, int(ray.cluster_resources().get("CPU", 1)) // (world_size * groups))

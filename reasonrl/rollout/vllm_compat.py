@@ -10,6 +10,7 @@ The worker-side functions (``worker_*``) run inside vLLM's worker through ``coll
 """
 from __future__ import annotations
 
+import os
 from importlib import metadata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -171,6 +172,25 @@ def worker_reload_finish(worker) -> List[str]:
         finalize_layerwise_reload(model, worker.model_config)
         _retie_output_head(model, worker.model_config)
     return incomplete
+
+
+def worker_unlink_cpu_shm(worker) -> int:
+    """CPU, tensor parallel: vLLM's CPU all-reduce maps one shared-memory segment per rank, named after the group
+    only (an externally launched engine always gets the same name). Once every rank has mapped the others' segments
+    (vLLM's barrier at start-up) the names are no longer needed: removing this rank's keeps the memory mapped, and a
+    worker killed later leaves no segment behind for the next engine of that name to trip over (EEXIST)."""
+    from vllm.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    shm = getattr(group.device_communicator, "dist_module", None)
+    name = getattr(shm, "group_name", None)
+    if name is None:  # not the shared-memory communicator
+        return 0
+    path = f"/dev/shm/{name.lstrip('/')}_{group.rank_in_group}"
+    if os.path.exists(path):
+        os.unlink(path)
+        return 1
+    return 0
 
 
 def _retie_output_head(model, model_config) -> None:

@@ -48,6 +48,22 @@ class _ParameterlessLayerFilter(logging.Filter):
                     and "Rotary" in str(record.args[0]))
 
 
+def tensor_parallel_kwargs(size: int) -> dict:
+    """``LLM`` arguments for an engine sharded over ``size`` worker processes (``rollout.tensor_parallel_size``).
+
+    vLLM's external-launcher executor makes each calling process one tensor-parallel rank of the engine: it joins
+    the torch process group the workers already share (FSDP's), and builds its tensor-parallel groups from
+    consecutive ranks of that world (ranks r*T .. r*T+T-1; the world divided by T is "external" data parallel:
+    independent engines). Every rank of an engine runs its own scheduler, so all of them must make the same calls
+    with the same prompts, and sampling stays identical across them because they share the engine seed and
+    all-reduced logits. vLLM's custom all-reduce is off: it needs every GPU visible to each process, and a Ray
+    worker sees only its own; NCCL's all-reduce is used instead."""
+    if size <= 1:
+        return {}
+    return {"tensor_parallel_size": size, "distributed_executor_backend": "external_launcher",
+            "disable_custom_all_reduce": True}
+
+
 class VLLMRolloutEngine:
     """RolloutEngine backed by an in-process ``vllm.LLM`` (see the module docstring)."""
 
@@ -78,12 +94,15 @@ class VLLMRolloutEngine:
         kwargs = vllm_compat.engine_kwargs(
             model_path, dtype, cfg.seed, enforce_eager_for(cfg.enforce_eager, device), max_model_len, self.on_cpu,
             int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep)
+        kwargs.update(tensor_parallel_kwargs(cfg.tensor_parallel_size))
         set_num_threads = torch.set_num_threads
         self.llm = LLM(**kwargs)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op, for the OpenMP core binding its
         # multi-process executor does. In-process there is no binding, and the no-op would stop the actor
         # (same process) from ever choosing its thread count, so the real function is put back.
         torch.set_num_threads = set_num_threads
+        if self.on_cpu and cfg.tensor_parallel_size > 1:
+            self.llm.collective_rpc(vllm_compat.worker_unlink_cpu_shm)
         layerwise_log = logging.getLogger(LAYERWISE_LOGGER)
         if not any(isinstance(f, _ParameterlessLayerFilter) for f in layerwise_log.filters):
             layerwise_log.addFilter(_ParameterlessLayerFilter())

@@ -21,6 +21,7 @@ from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
+from reasonrl.controller import cpus_per_worker as worker_cpus
 from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
@@ -122,12 +123,13 @@ class Trainer:
         # of twice the cores to place both groups.
         with self.startup("ray_start"):
             start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
-        cpus_per_worker = max(1, cores // self.world_size) if self.device == "cpu" else 1
+        cpus_per_worker = (worker_cpus(self.world_size, 2 if self.use_critic else 1) if self.device == "cpu" else 1)
         gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
         worker_kwargs = {"config": to_dict(cfg), "model_path": self.model_path, "batch_plan": self.batch_plan}
         with self.startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
             self.workers = WorkerGroup(actor_worker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                       worker_kwargs, gpu_fraction=gpu_share)
+                                       worker_kwargs, gpu_fraction=gpu_share,
+                                       engine_ranks=cfg.rollout.tensor_parallel_size)
             self.worker_info = self.workers.info()
         engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
         if engine_starts:

@@ -33,10 +33,10 @@ from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
-from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine
+from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine, resolve_engine_name
 from reasonrl.rollout.multiturn import ToolRollout, tool_meta
 
-from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
+from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_max, all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
@@ -48,6 +48,9 @@ class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
                  master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
         self.cfg = from_dict(config)
+        if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
+            raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
+                             f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.rank, self.world_size = rank, world_size
         # The trainer's plan (mini-/micro-batch sizes); built from the same config when the worker stands alone.
         self.batch_plan = batch_plan or BatchPlan.from_config(self.cfg, world_size)
@@ -93,11 +96,12 @@ class ActorRolloutRefWorker:
         self.tool_rollout = None  # the multi-turn loop around the engine (tool.enabled), built on first use
 
     # ------------------------------------------------------------------ rollout
-    @dispatch(SPLIT_BATCH)
+    @dispatch(SPLIT_BY_ENGINE)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
         """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
-        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
+        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
+        every rank of an engine gets the same prompts (they run the engine together)."""
         params = SamplingParams(**sampling)
         results = self._generator().generate(prompts["prompt_ids"], params)
         meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
@@ -375,6 +379,11 @@ class ActorRolloutRefWorker:
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
+        import ray
+
         return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
                 "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep,
-                "engine_start_s": self.engine_start_s}
+                "engine_start_s": self.engine_start_s,
+                "node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
+                "node_ip": ray.util.get_node_ip_address() if ray.is_initialized() else None,
+                "engine_ranks": self.cfg.rollout.tensor_parallel_size}
