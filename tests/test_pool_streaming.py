@@ -4,12 +4,13 @@ The order of events is made explicit with a real verifier plugin that waits for 
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import pytest
 
 from reasonrl.verifiers import VerifierPool
+
+from verifier_plugins import installed_plugin  # tests/ is on sys.path (rootdir-less test modules)
 
 GATE_PLUGIN = textwrap.dedent('''
     """Test plugin: answers only once the file named by the ground truth exists."""
@@ -24,22 +25,14 @@ GATE_PLUGIN = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(scope="module")
-def gate_plugin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gate")
-    (root / "gate_verifier.py").write_text(GATE_PLUGIN)
-    dist = root / "gate_verifier-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gate-verifier\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[reasonrl.verifiers]\ngate = gate_verifier:GateVerifier\n")
-    sys.path.insert(0, str(root))
-    yield root
-    sys.path.remove(str(root))
+def gate(root):
+    return installed_plugin(root, "gate_verifier", GATE_PLUGIN, "gate", "GateVerifier")
 
 
 @pytest.fixture(scope="module")
-def pool(gate_plugin):
-    with VerifierPool(workers=2, timeout_s=300.0) as p:  # no call here should time out, however slow the machine
+def pool(tmp_path_factory):
+    # two workers that know the gate verifier; no call here should time out, however slow the machine
+    with gate(tmp_path_factory.mktemp("gate")), VerifierPool(workers=2, timeout_s=300.0) as p:
         yield p
 
 
@@ -67,9 +60,9 @@ def test_results_in_input_order_per_submission_collected_in_any_order(pool):
     assert pool.pop_stats()["verify/calls"] >= 20
 
 
-def test_a_hanging_call_in_a_stream_costs_only_its_timeout(gate_plugin, tmp_path):
+def test_a_hanging_call_in_a_stream_costs_only_its_timeout(tmp_path):
     never = tmp_path / "never-created"
-    with VerifierPool(workers=2, timeout_s=3.0) as pool:
+    with gate(tmp_path / "plugin"), VerifierPool(workers=2, timeout_s=3.0) as pool:
         hung, later = submit_hang_and_more(pool, never)
         assert pool.pop_stats()["verify/timeouts"] == 1
     assert [r.score for r in hung] == [1.0, 0.0, 0.0]
@@ -83,7 +76,7 @@ def submit_hang_and_more(pool, never):
     return first.result(), second.result()
 
 
-def test_submit_checks_items_and_a_closed_pool_refuses(gate_plugin):
+def test_submit_checks_items_and_a_closed_pool_refuses():
     p = VerifierPool(workers=1, timeout_s=5)
     with pytest.raises(ValueError, match="item 1 must be"):
         p.submit([("math", "1", "1"), ("math",)])
