@@ -78,6 +78,11 @@ class RolloutConfig:
     ``algorithm.tis_mode`` is not off or ``check_weight_sync`` is on. Validation and evaluation never ask."""
     seed: int = 0
     """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
+    stream_chunk_prompts: int = 0
+    """Rewards while generating: each worker generates its share of a training batch in sub-batches of this many
+    prompts and the verifier pool starts on each sub-batch's responses as soon as it is done, so verification runs
+    during generation (``timing_s/verify`` is then only the part left after the last response). 0: one generate
+    call per step, verified after it. Small sub-batches cost generation throughput on a GPU (docs/async.md)."""
 
 
 @dataclass
@@ -231,6 +236,26 @@ class TrainerConfig:
     """Size profile: auto (cpu when no GPU and no sizes given), cpu, none."""
     ray_address: Optional[str] = None
     """Ray cluster address; None starts a local Ray."""
+    mode: str = "colocated"
+    """colocated: each worker holds the actor and its rollout engine; generation and training take turns.
+    async: rollout workers on their own devices generate the next batch while the actor trains on this one
+    (``async_rollout``; docs/async.md)."""
+
+
+@dataclass
+class AsyncRolloutConfig:
+    """``trainer.mode=async``: rollout workers on their own devices, generating ahead of training (docs/async.md)."""
+
+    num_rollout_workers: int = 1
+    """Rollout workers (one device each); the actor group gets the other devices (or ``trainer.num_workers``)."""
+    max_staleness: int = 1
+    """Most policy versions between the weights that generated a batch and the weights that train on it
+    (``async/staleness``): 1 is one-step-off (the engines generate step k+1 while the actor trains step k), 0 runs
+    generation and training in turn on their own devices."""
+    transfer_timeout_s: float = 600.0
+    """Timeout of one collective of the actor-to-rollout weight transfer group (NCCL/gloo)."""
+    fail_at_generation: int = -1
+    """Testing: the rollout workers exit (as if crashed) when asked for this generate call, counted from 0 (-1: off)."""
 
 
 @dataclass
@@ -268,4 +293,5 @@ class Config:
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
