@@ -75,6 +75,17 @@ class WorkerGroup:
             return results
         raise ValueError(f"unknown dispatch mode {mode!r}")
 
+    def stream(self, name: str, batch: Batch, *args: Any) -> List[Any]:
+        """Start the generator method ``name`` on every rank with its share of ``batch`` (split as SPLIT_BATCH), as
+        Ray streaming calls: one ``ObjectRefGenerator`` per rank, in rank order, each yielding refs to Batches."""
+        parts = batch.chunk(self.world_size)
+        return [getattr(w, name).options(num_returns="streaming").remote(p, *args)
+                for w, p in zip(self.workers, parts)]
+
+    def submit(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Start ``name`` (same arguments to every rank) without waiting: the ranks' ObjectRefs, in rank order."""
+        return [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
+
     def shutdown(self) -> None:
         for w in self.workers:
             ray.kill(w)
@@ -90,5 +101,6 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+    joining = address is not None and address != "local"  # "local": always a new cluster, even if one is running
+    ray.init(address=address, num_cpus=None if joining else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -27,12 +27,14 @@ from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import response_log_probs
-from reasonrl.rollout import SamplingParams, make_rollout_engine
+from reasonrl.rollout import make_rollout_engine
 
+from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
+from .rollout_worker import generate_chunks
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,11 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
-        self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
-                                          self.device, max_len)
+        self.engine = None  # trainer.mode=async: no engine here, the RolloutWorkers generate on their own devices
+        if self.cfg.trainer.mode != "async":
+            self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
+                                              self.device, max_len)
+        self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
         self.engine_asleep: set = set()  # parts of the engine's memory freed by sleep_engine
 
     # ------------------------------------------------------------------ rollout
@@ -85,20 +90,21 @@ class ActorRolloutRefWorker:
         """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call)."""
+        self._need_engine()
         self._wake_engine()
-        params = SamplingParams(**sampling)
-        results = self.engine.generate(prompts["prompt_ids"], params)
-        meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
-                                                      "response_text", "finish_reason", "prompt_row")}
-        for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
-            for c in completions:
-                meta["prompt_ids"].append(list(prompt))
-                meta["response_ids"].append(list(c.token_ids))
-                meta["rollout_log_probs"].append(list(c.logprobs))
-                meta["response_text"].append(c.text)
-                meta["finish_reason"].append(c.finish_reason)
-                meta["prompt_row"].append(i)
-        return Batch(meta=meta)
+        return next(generate_chunks(self.engine, prompts["prompt_ids"], sampling, 0))
+
+    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
+        """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, ``chunk_prompts`` prompts'
+        responses at a time, so the verifier pool can start on them while the rest are generated."""
+        self._need_engine()
+        self._wake_engine()
+        yield from generate_chunks(self.engine, prompts["prompt_ids"], sampling, chunk_prompts)
+
+    def _need_engine(self) -> None:
+        if self.engine is None:
+            raise RuntimeError("this actor worker has no rollout engine (trainer.mode=async): the RolloutWorkers "
+                               "generate")
 
     def _wake_engine(self, parts=("weights", "kv_cache")) -> None:
         """Re-allocate what ``sleep_engine`` freed: weights before a sync, then the KV cache before rollout."""
@@ -115,6 +121,8 @@ class ActorRolloutRefWorker:
         """Free the engine's weights and KV cache while the actor trains (vLLM on GPU). On CPU vLLM has no sleep
         mode, so the engine keeps its memory and this is a no-op (``supports_sleep`` is False)."""
         start = time.perf_counter()
+        if self.engine is None:
+            return 0.0
         if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine_asleep:
             self.engine.sleep()
             self.engine_asleep = {"weights", "kv_cache"}
@@ -235,6 +243,8 @@ class ActorRolloutRefWorker:
         from reasonrl.rollout.weight_sync import iter_buckets
 
         start = time.perf_counter()
+        if self.engine is None:  # async: the weights go out through send_weights
+            return {"seconds": 0.0, "bytes": 0.0}
         self._wake_engine(("weights",))
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
         dtype = self.compute_dtype
@@ -265,6 +275,40 @@ class ActorRolloutRefWorker:
             actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
                                              torch.tensor([list(response_ids)], device=self.device))
         return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
+
+    # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
+    @dispatch(RANK_ZERO)
+    def open_weight_transfer(self) -> Tuple[str, int]:
+        """Rank 0: host the transfer group's store; returns its (ip, port)."""
+        if self.rank != 0:
+            return "", 0
+        self.transfer_store, host, port = weight_transfer.open_store()
+        return host, port
+
+    @dispatch(ONE_TO_ALL)
+    def join_weight_transfer(self, group_size: int) -> None:
+        """Rank 0 joins the transfer group as its rank 0 (the rollout workers join at the same time)."""
+        if self.rank == 0:
+            self.transfer_group = weight_transfer.join_group(self.transfer_store, 0, group_size, self.device,
+                                                             self.cfg.async_rollout.transfer_timeout_s)
+
+    @dispatch(RANK_ZERO)
+    def weight_specs(self) -> List[weight_transfer.ParamSpec]:
+        """What ``send_weights`` sends: every parameter's name, full shape and dtype."""
+        return weight_transfer.param_specs(self.actor.named_parameters(), self.compute_dtype)
+
+    @dispatch(ONE_TO_ALL)
+    def send_weights(self, specs: List[weight_transfer.ParamSpec]) -> Dict[str, float]:
+        """Gather the full parameters (every rank: an FSDP collective) and broadcast them from rank 0, in buckets."""
+        start = time.perf_counter()
+        params = iter_full_params(self.actor, self.device, self.compute_dtype)
+        if self.rank != 0:
+            for _ in params:
+                pass
+            return {"seconds": time.perf_counter() - start, "bytes": 0.0}
+        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        sent = weight_transfer.send(self.transfer_group, params, specs, bucket_bytes)
+        return {"seconds": time.perf_counter() - start, "bytes": float(sent)}
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
@@ -314,5 +358,6 @@ class ActorRolloutRefWorker:
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
-        return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep}
+        return {"rank": self.rank, "device": self.device, "engine": self.engine.name if self.engine else "none",
+                "pid": os.getpid(), "threads": torch.get_num_threads(),
+                "engine_can_sleep": bool(self.engine and self.engine.supports_sleep)}
