@@ -59,7 +59,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             for p in problems:
                 print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
             return 3
-    trainer = Trainer(cfg)
+    trainer_cls = Trainer
+    if cfg.trainer.mode == "async":  # rollout workers on their own devices, one step ahead (docs/async.md)
+        from reasonrl.trainer.async_loop import AsyncTrainer as trainer_cls
+    trainer = trainer_cls(cfg)
     try:
         trainer.fit()
     finally:
