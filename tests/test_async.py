@@ -126,9 +126,11 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     assert (engine_lp - exported_lp).abs().max() < 1e-4
 
 
-def test_streamed_rounds_equal_one_generate_call(ray_session, model_path):
+@pytest.mark.parametrize("worker", ["RolloutWorker", "ActorRolloutRefWorker"])
+def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path):
     """Greedy, so both ways sample the same responses: streamed sub-batches come back in the same row order, each
-    with its own verifier result (a RolloutWorker on Ray and the real math verifier)."""
+    with its own verifier result (the async mode's RolloutWorker and the colocated worker, on Ray, with the real math
+    verifier)."""
     from reasonrl.config import load_config, to_dict
     from reasonrl.controller import WorkerGroup, start_ray
     from reasonrl.data import PromptDataset
@@ -139,12 +141,16 @@ def test_streamed_rounds_equal_one_generate_call(ray_session, model_path):
     from reasonrl.trainer.streaming import generate_and_verify
     from reasonrl.workers.rollout_worker import RolloutWorker
 
-    cfg, _ = load_config(TINY, cuda_available=False)
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    colocated = worker == "ActorRolloutRefWorker"
+    cfg, _ = load_config([a for a in TINY if not (colocated and a == "trainer.mode=async")], cuda_available=False)
     data = PromptDataset(task_files("arith", "train", None), load_tokenizer(model_path), 256)
     prompts = [data[i] for i in range(3)]
     greedy = {"n": 2, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8, "logprobs": False}
     start_ray("local", num_cpus=4)
-    group = WorkerGroup(RolloutWorker, 1, False, 1, {"config": to_dict(cfg), "model_path": model_path})
+    group = WorkerGroup(ActorRolloutRefWorker if colocated else RolloutWorker, 1, False, 1,
+                        {"config": to_dict(cfg), "model_path": model_path})
     rounds = {}
     try:
         with make_pool(cfg.reward) as pool:
