@@ -101,6 +101,7 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    joining = address is not None and address != "local"  # "local": always a new cluster, even if one is running
-    ray.init(address=address, num_cpus=None if joining else num_cpus, include_dashboard=False,
+    # None or "local": a new cluster of our own, even when another one runs on this machine (ray.init() would join it)
+    joining = address not in (None, "local")
+    ray.init(address=address if joining else "local", num_cpus=None if joining else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})
