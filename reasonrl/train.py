@@ -80,7 +80,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     from reasonrl.workers.critic import CriticWorker
 
     try:
-        trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
+        if cfg.trainer.mode == "async":  # rollout workers on their own devices, one step ahead (docs/async.md)
+            from reasonrl.trainer.async_loop import AsyncTrainer
+            from reasonrl.workers.rollout_worker import RolloutWorker
+
+            trainer = AsyncTrainer(cfg, actor_worker=ActorRolloutRefWorker, rollout_worker=RolloutWorker)
+        else:
+            trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
     except (DataError, ModelNotFoundError, CheckpointError) as exc:
         print(f"reasonrl: error: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,8 @@ import torch
 from reasonrl.rollout import SLEEP_PARTS, RolloutEngine, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLERS = ["reasonrl/workers/actor_rollout_ref.py", "reasonrl/eval/runner.py", "reasonrl/rollout/weight_sync.py"]
+CALLERS = ["reasonrl/workers/actor_rollout_ref.py", "reasonrl/workers/rollout_worker.py", "reasonrl/eval/runner.py",
+           "reasonrl/rollout/weight_sync.py", "reasonrl/rollout/multiturn.py"]
 
 
 def declared() -> set:

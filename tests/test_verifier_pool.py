@@ -15,6 +15,8 @@ import pytest
 
 from reasonrl.verifiers import VerifierPool, VerifyResult
 
+from verifier_plugins import installed_plugin  # tests/ is on sys.path (rootdir-less test modules)
+
 PLUGIN_SOURCE = textwrap.dedent('''
     """Test plugin: a verifier that misbehaves on request."""
     import ctypes, os, time
@@ -42,15 +44,8 @@ PLUGIN_SOURCE = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def unruly_plugin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("unruly")
-    (root / "unruly_verifier.py").write_text(PLUGIN_SOURCE)
-    dist = root / "unruly_verifier-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: unruly-verifier\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[reasonrl.verifiers]\nunruly = unruly_verifier:UnrulyVerifier\n")
-    sys.path.insert(0, str(root))
-    yield root
-    sys.path.remove(str(root))
+    with installed_plugin(tmp_path_factory.mktemp("unruly"), "unruly_verifier", PLUGIN_SOURCE, "unruly", "UnrulyVerifier") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,11 @@ sent and parsed once); the worker answers each call as soon as it is done. The p
 which call is running and when it started: a call past ``timeout_s`` gets its worker killed (SIGKILL)
 and replaced, scores as a timeout, and the rest of that chunk goes back to the queue. A worker that dies
 (segfault, ``os._exit``) costs only the call it was running.
+
+Work is handed over without waiting: ``submit(items)`` queues the calls and returns a ``Submission`` at once;
+a dispatcher thread (running only while calls are open) feeds the workers, reads their answers and enforces
+the timeouts, so a trainer can submit each chunk of responses as generation finishes it and collect the
+results (``Submission.result()``, input order) later. ``verify_batch`` is ``submit(items).result()``.
 """
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections import deque
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .base import VerifyResult
@@ -128,6 +134,29 @@ def _percentile(sorted_values: List[float], q: float) -> float:
     return float(sorted_values[rank])
 
 
+class Submission:
+    """Calls handed to ``VerifierPool.submit``: ``result()`` waits for all of them and returns their results in
+    input order; ``done()`` says, without waiting, whether they are all in."""
+
+    def __init__(self, pool: "VerifierPool", task_ids: List[int]) -> None:
+        self._pool = pool
+        self.task_ids = task_ids
+        self._results: Optional[List[VerifyResult]] = None
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def done(self) -> bool:
+        return self._results is not None or self._pool._all_done(self.task_ids)
+
+    def result(self) -> List[VerifyResult]:
+        """Block until every call has a result (a verdict, a timeout or a worker death; never longer than the
+        pool's per-call timeout per call); raises if the pool failed (workers that cannot start) or was closed."""
+        if self._results is None:
+            self._results = self._pool._collect(self.task_ids)
+        return self._results
+
+
 class VerifierPool:
     """Worker processes that run verifiers with a hard per-call timeout.
 
@@ -137,6 +166,8 @@ class VerifierPool:
             call scores 0 with ``info["timed_out"] = True``.
         verifier_options: per verifier name, the keyword options its constructor gets
             (``{"math": {"float_rounding": 6}}``).
+
+    Thread-safe: ``submit``, ``verify_batch``, ``Submission.result`` and ``pop_stats`` may be called from any thread.
     """
 
     def __init__(self, workers: int = 0, timeout_s: float = 10.0,
@@ -149,56 +180,66 @@ class VerifierPool:
         self._workers: List[_Worker] = [_Worker(self.verifier_options) for _ in range(self.num_workers)]
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
         self._start_failures = 0
+        self._state = threading.Condition()
+        self._calls: Dict[int, Tuple[str, Any, Any, str, Dict[str, Any], int]] = {}  # open calls (+ chunk size)
+        self._results: Dict[int, VerifyResult] = {}
+        self._pending: Deque[int] = deque()  # calls not yet sent to a worker
+        self._next_id = 0
+        self._error: Optional[BaseException] = None
+        self._dispatcher: Optional[threading.Thread] = None
+        self._wake_read, self._wake_write = Pipe(duplex=False)
         self._reset_stats()
 
     # -- public API --------------------------------------------------------------------------------
+    def submit(self, items: Sequence[Item]) -> Submission:
+        """Queue the items (see ``Item``) and return at once; the calls start as workers come free."""
+        calls = [self._unpack(i, item) for i, item in enumerate(items)]
+        with self._state:
+            if self._error is not None or not self._workers:
+                raise RuntimeError("VerifierPool is closed" + (f" ({self._error})" if self._error else ""))
+            ids = list(range(self._next_id, self._next_id + len(calls)))
+            self._next_id += len(calls)
+            chunk_size = max(1, min(_MAX_CHUNK, math.ceil(len(calls) / (self.num_workers * _CHUNKS_PER_WORKER))))
+            for task_id, call in zip(ids, calls):
+                self._calls[task_id] = (*call, chunk_size)
+            # calls with the same gold answer next to each other (stable), so a chunk sends and parses it once
+            self._pending.extend(ids[i] for i in sorted(range(len(calls)), key=lambda i: calls[i][3]))
+            if calls and self._dispatcher is None:
+                self._dispatcher = threading.Thread(target=self._run, name="verifier-pool", daemon=True)
+                self._dispatcher.start()
+        self._wake()
+        return Submission(self, ids)
+
     def verify_batch(self, items: Sequence[Item]) -> List[VerifyResult]:
         """Verify every item; results come back in input order (see ``Item``)."""
-        if not self._workers:
-            raise RuntimeError("VerifierPool is closed")
-        calls = [self._unpack(i, item) for i, item in enumerate(items)]
-        results: List[Optional[VerifyResult]] = [None] * len(calls)
-        if not calls:
-            return []
-        order = sorted(range(len(calls)), key=lambda i: calls[i][3])  # groups contiguous, stable
-        pending: Deque[int] = deque(order)
-        chunk_size = max(1, min(_MAX_CHUNK, math.ceil(len(calls) / (self.num_workers * _CHUNKS_PER_WORKER))))
-        remaining = len(calls)
-        while remaining:
-            self._dispatch(pending, calls, chunk_size)
-            busy = [w for w in self._workers if w.outstanding]
-            deadlines = [w.head_started + self.timeout_s for w in busy]
-            deadlines += [w.started_at + _START_TIMEOUT_S for w in self._workers if not w.ready]
-            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            readable = wait([w.inbox for w in self._workers], timeout=wait_s)
-            for worker in [w for w in self._workers if w.inbox in readable]:
-                remaining -= self._drain(worker, results, pending)
-            now = time.monotonic()
-            for worker in list(self._workers):
-                if worker.outstanding and now >= worker.head_started + self.timeout_s:
-                    remaining -= self._fail_head(worker, results, pending, timed_out=True)
-                elif not worker.ready and now >= worker.started_at + _START_TIMEOUT_S:
-                    self._failed_start(worker, f"not ready after {_START_TIMEOUT_S:g}s")
-                    self._replace(worker)
-        self._stats["calls"] += len(calls)
-        return results  # type: ignore[return-value]
+        return self.submit(items).result()
 
     def pop_stats(self) -> Dict[str, float]:
         """Counters since the previous call (then reset): timeouts, errors, calls, latency p50/p99 (s)."""
-        latencies = sorted(self._stats["latencies"])
-        stats = {
-            "verify/timeouts": self._stats["timeouts"],
-            "verify/errors": self._stats["errors"],
-            "verify/calls": self._stats["calls"],
-            "verify/latency_p50_s": _percentile(latencies, 0.50),
-            "verify/latency_p99_s": _percentile(latencies, 0.99),
-        }
-        self._reset_stats()
+        with self._state:
+            latencies = sorted(self._stats["latencies"])
+            stats = {
+                "verify/timeouts": self._stats["timeouts"],
+                "verify/errors": self._stats["errors"],
+                "verify/calls": self._stats["calls"],
+                "verify/latency_p50_s": _percentile(latencies, 0.50),
+                "verify/latency_p99_s": _percentile(latencies, 0.99),
+            }
+            self._reset_stats()
         return stats
 
     def close(self) -> None:
-        """Stop the workers (idempotent)."""
-        self._finalizer()
+        """Stop the dispatcher and the workers (idempotent); waiting ``result()`` calls raise."""
+        with self._state:
+            if self._error is None:
+                self._error = RuntimeError("VerifierPool is closed")
+            self._state.notify_all()
+            dispatcher = self._dispatcher
+        self._wake()
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            dispatcher.join()
+        with self._state:
+            self._finalizer()
 
     def __enter__(self) -> "VerifierPool":
         return self
@@ -206,7 +247,77 @@ class VerifierPool:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    # -- internals ---------------------------------------------------------------------------------
+    # -- the dispatcher thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        """Feed idle workers, read answers, enforce timeouts; exit when no call is in flight (or on close/failure)."""
+        try:
+            while self._serve_once():
+                pass
+        except Exception as exc:  # e.g. workers that cannot start, or cannot be spawned: every waiter raises
+            with self._state:
+                self._fail(exc)
+
+    def _serve_once(self) -> bool:
+        """One round of the dispatcher: returns False when it should exit."""
+        with self._state:
+            if self._error is not None or not (self._pending or any(w.outstanding for w in self._workers)):
+                self._dispatcher = None
+                return False
+            self._dispatch()
+            busy = [w for w in self._workers if w.outstanding]
+            deadlines = [w.head_started + self.timeout_s for w in busy]
+            deadlines += [w.started_at + _START_TIMEOUT_S for w in self._workers if not w.ready]
+            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            inboxes = [w.inbox for w in self._workers]
+        readable = wait(inboxes + [self._wake_read], timeout=wait_s)
+        with self._state:
+            while self._wake_read.poll():
+                self._wake_read.recv_bytes()
+            if self._error is not None:
+                self._dispatcher = None
+                return False
+            for worker in [w for w in self._workers if w.inbox in readable]:
+                self._drain(worker)
+            now = time.monotonic()
+            for worker in list(self._workers):
+                if worker.outstanding and now >= worker.head_started + self.timeout_s:
+                    self._fail_head(worker, timed_out=True)
+                elif not worker.ready and now >= worker.started_at + _START_TIMEOUT_S:
+                    self._failed_start(worker, f"not ready after {_START_TIMEOUT_S:g}s")
+                    self._replace(worker)
+            self._state.notify_all()
+        return True
+
+    def _wake(self) -> None:
+        try:
+            self._wake_write.send_bytes(b"!")
+        except OSError:
+            pass
+
+    def _fail(self, exc: BaseException) -> None:
+        """The pool cannot go on (held lock): record why, stop the workers, wake every waiter."""
+        self._error = exc
+        self._dispatcher = None
+        self._finalizer()
+        self._state.notify_all()
+
+    def _all_done(self, task_ids: List[int]) -> bool:
+        with self._state:
+            return all(t in self._results for t in task_ids)
+
+    def _collect(self, task_ids: List[int]) -> List[VerifyResult]:
+        with self._state:
+            while not all(t in self._results for t in task_ids):
+                if self._error is not None:
+                    raise RuntimeError(str(self._error))
+                self._state.wait()
+            results = [self._results.pop(t) for t in task_ids]
+            for t in task_ids:
+                self._calls.pop(t, None)
+            self._stats["calls"] += len(task_ids)
+        return results
+
+    # -- internals (called with self._state held) --------------------------------------------------
     def _reset_stats(self) -> None:
         self._stats: Dict[str, Any] = {"timeouts": 0, "errors": 0, "calls": 0, "latencies": []}
 
@@ -218,17 +329,18 @@ class VerifierPool:
         extra = dict(item[3] or {}) if len(item) == 4 else {}
         return name, response, ground_truth, _group_key(name, ground_truth, extra), extra
 
-    def _dispatch(self, pending: Deque[int], calls: list, chunk_size: int) -> None:
+    def _dispatch(self) -> None:
         """Send a chunk to every ready, idle worker while calls are pending."""
         for worker in self._workers:
-            if not pending:
+            if not self._pending:
                 return
             if not worker.ready or worker.outstanding:
                 continue
-            task_ids = [pending.popleft() for _ in range(min(chunk_size, len(pending)))]
+            chunk_size = self._calls[self._pending[0]][5]
+            task_ids = [self._pending.popleft() for _ in range(min(chunk_size, len(self._pending)))]
             chunk: list = []
             for task_id in task_ids:
-                name, response, ground_truth, key, extra = calls[task_id]
+                name, response, ground_truth, key, extra, _ = self._calls[task_id]
                 if chunk and chunk[-1][4] == key:
                     chunk[-1][3].append((task_id, response))
                 else:
@@ -236,13 +348,12 @@ class VerifierPool:
             try:
                 worker.send_chunk([tuple(group[:4]) for group in chunk], task_ids)
             except (OSError, ValueError):  # died between calls: put the calls back, replace it
-                pending.extendleft(reversed(task_ids))
+                self._pending.extendleft(reversed(task_ids))
                 worker.outstanding.clear()
                 self._replace(worker)
 
-    def _drain(self, worker: _Worker, results: list, pending: Deque[int]) -> int:
-        """Read everything the worker has sent; returns how many calls finished."""
-        finished = 0
+    def _drain(self, worker: _Worker) -> None:
+        """Read everything the worker has sent."""
         try:
             while worker.inbox.poll():
                 message = worker.inbox.recv()
@@ -257,50 +368,44 @@ class VerifierPool:
                     worker.outstanding.remove(task_id)
                 else:
                     continue
-                results[task_id] = VerifyResult(score=score, correct=correct, info=info)
+                self._results[task_id] = VerifyResult(score=score, correct=correct, info=info)
                 self._stats["latencies"].append(latency)
                 self._stats["errors"] += int(is_error)
                 worker.head_started = time.monotonic()
-                finished += 1
         except (EOFError, OSError):  # the process died: its running call pays, the rest are requeued
             if not worker.ready:
                 self._failed_start(worker, f"exit code {worker.exit_code()}")
-            finished += self._fail_head(worker, results, pending, timed_out=False)
-        return finished
+            self._fail_head(worker, timed_out=False)
 
     def _failed_start(self, worker: _Worker, why: str) -> None:
         """Count a worker that never became ready; give up with an error after a few in a row."""
         self._start_failures += 1
         if self._start_failures >= _MAX_START_FAILURES:
             worker.kill()
-            self.close()
             raise RuntimeError(f"verifier workers failed to start {_MAX_START_FAILURES} times in a row ({why}); "
                                "see their stderr above")
 
-    def _fail_head(self, worker: _Worker, results: list, pending: Deque[int], timed_out: bool) -> int:
-        """Kill and replace ``worker``; its running call scores 0, its queued calls go back to ``pending``."""
+    def _fail_head(self, worker: _Worker, timed_out: bool) -> None:
+        """Kill and replace ``worker``; its running call scores 0, its queued calls go back to pending."""
         worker.kill()
-        finished = 0
         if worker.outstanding:
             head = worker.outstanding.popleft()
             elapsed = time.monotonic() - worker.head_started
             if timed_out:
-                results[head] = VerifyResult.incorrect(
+                self._results[head] = VerifyResult.incorrect(
                     f"timeout: verify call exceeded {self.timeout_s:g}s (worker killed)", timed_out=True,
                     elapsed_s=round(elapsed, 3))
                 self._stats["timeouts"] += 1
             else:
                 code = worker.proc.returncode
-                results[head] = VerifyResult.incorrect(
+                self._results[head] = VerifyResult.incorrect(
                     f"verifier worker died (exit code {code}) while running this call", worker_died=True,
                     exit_code=code, timed_out=False)
                 self._stats["errors"] += 1
             self._stats["latencies"].append(elapsed)
-            finished = 1
-            pending.extendleft(reversed(worker.outstanding))
+            self._pending.extendleft(reversed(worker.outstanding))
             worker.outstanding.clear()
         self._replace(worker)
-        return finished
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()

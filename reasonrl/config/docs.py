@@ -153,7 +153,7 @@ def _preset_section() -> List[str]:
     lines = ["## Presets", "",
              "Layers, later wins: schema defaults, then the task preset (`task=...`), then the algorithm preset",
              "(`algorithm=...`), then the CPU size profile (`trainer.profile`: applied when there is no GPU), then",
-             "your own `key=value` arguments.", "",
+             "the mode preset (`trainer.mode`), then your own `key=value` arguments.", "",
              "| task | sets |", "|---|---|"]
     lines += [f"| `{name}` | {_cell(', '.join(f'`{kv}`' for kv in _flatten(p)))} |"
               for name, p in presets.TASK_PRESETS.items()]
@@ -161,6 +161,8 @@ def _preset_section() -> List[str]:
     lines += [f"| `{name}` | {_cell(', '.join(f'`{kv}`' for kv in _flatten(p)))} |"
               for name, p in presets.ALGORITHM_PRESETS.items()]
     lines += ["", "CPU profile: " + ", ".join(f"`{kv}`" for kv in _flatten(presets.CPU_PROFILE)), ""]
+    lines += [f"Mode `{name}`: " + ", ".join(f"`{kv}`" for kv in _flatten(p)) for name, p in presets.MODE_PRESETS.items()]
+    lines += [""]
     return lines
 
 

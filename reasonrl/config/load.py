@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .presets import ALGORITHM_PRESETS, CPU_PROFILE, TASK_PRESETS
+from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, TASK_PRESETS
 from .schema import FIELD_RANGES, Config
 
 
@@ -92,8 +92,12 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
     if _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
         cfg = _merge(cfg, copy.deepcopy(CPU_PROFILE), "cpu profile")
         notes["profile"] = "cpu"
+    if probe.trainer.mode in MODE_PRESETS:
+        cfg = _merge(cfg, copy.deepcopy(MODE_PRESETS[probe.trainer.mode]), f"trainer.mode={probe.trainer.mode}")
     cfg = OmegaConf.merge(cfg, user_cfg)
     obj: Config = OmegaConf.to_object(cfg)
+    if obj.algorithm.tis_mode == "False":  # YAML reads a bare `off` as false: algorithm.tis_mode=off means "off"
+        obj.algorithm.tis_mode = "off"
     validate(obj)
     return obj, notes
 
@@ -123,6 +127,18 @@ def validate(cfg: Config) -> None:
          f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
+    need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
+    if cfg.trainer.mode == "async":
+        a = cfg.async_rollout
+        need(cfg.data.train_batch_size % a.num_rollout_workers == 0, "async_rollout.num_rollout_workers",
+             f"must divide data.train_batch_size ({cfg.data.train_batch_size})")
+        need(not cfg.rollout.check_weight_sync, "rollout.check_weight_sync",
+             "is for the colocated engine; with trainer.mode=async the rollout/logprob_diff_* metrics (TIS) and "
+             "tests/test_async.py check the transferred weights")
+        need(cfg.algorithm.adv_estimator != "gae", "trainer.mode",
+             "async is not supported with the PPO critic (adv_estimator=gae) yet")
+        need(not cfg.algorithm.dynamic_sampling, "trainer.mode",
+             "async is not supported with DAPO dynamic sampling yet")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

@@ -31,3 +31,10 @@ CPU_PROFILE: Dict[str, Any] = {
     "rollout": {"n": 4, "max_new_tokens": 160},
     "actor": {"micro_batch_size_per_worker": 4},
 }
+
+# Layered over the task/algorithm presets (beneath the size profile and the user) by trainer.mode.
+MODE_PRESETS: Dict[str, Dict[str, Any]] = {
+    # The engines generate with weights up to async_rollout.max_staleness updates old: correct for it with truncated
+    # importance sampling against their log-probs (docs/async.md).
+    "async": {"algorithm": {"tis_mode": "token"}},
+}

@@ -94,6 +94,11 @@ class RolloutConfig:
     worker's own process; vLLM's external-launcher executor). Must divide the workers; ranks r*T .. r*T+T-1 form
     one engine and get the same prompts. The model's attention and KV heads must divide by it. 1: every worker has
     a whole engine."""
+    stream_chunk_prompts: int = 0
+    """Rewards while generating: each worker generates its share of a training batch in sub-batches of this many
+    prompts and the verifier pool starts on each sub-batch's responses as soon as it is done, so verification runs
+    during generation (``timing_s/verify`` is then only the part left after the last response). 0: one generate
+    call per step, verified after it. Small sub-batches cost generation throughput on a GPU (docs/async.md)."""
 
 
 @dataclass
@@ -277,6 +282,26 @@ class TrainerConfig:
     (at least ``watchdog_min_s``, at most ``watchdog_max_s``)."""
     watchdog_min_s: float = 300.0
     """Watchdog: a phase is never called hung before this many seconds (short phases vary a lot)."""
+    mode: str = "colocated"
+    """colocated: each worker holds the actor and its rollout engine; generation and training take turns.
+    async: rollout workers on their own devices generate the next batch while the actor trains on this one
+    (``async_rollout``; docs/async.md)."""
+
+
+@dataclass
+class AsyncRolloutConfig:
+    """``trainer.mode=async``: rollout workers on their own devices, generating ahead of training (docs/async.md)."""
+
+    num_rollout_workers: int = 1
+    """Rollout workers (one device each); the actor group gets the other devices (or ``trainer.num_workers``)."""
+    max_staleness: int = 1
+    """Most policy versions between the weights that generated a batch and the weights that train on it
+    (``async/staleness``): 1 is one-step-off (the engines generate step k+1 while the actor trains step k), 0 runs
+    generation and training in turn on their own devices."""
+    transfer_timeout_s: float = 600.0
+    """Timeout of one collective of the actor-to-rollout weight transfer group (NCCL/gloo)."""
+    fail_at_generation: int = -1
+    """Testing: the rollout workers exit (as if crashed) when asked for this generate call, counted from 0 (-1: off)."""
 
 
 @dataclass
@@ -336,6 +361,7 @@ class Config:
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
 
@@ -355,7 +381,9 @@ FIELD_RANGES: Dict[str, str] = {
     "ref.max_tokens_per_micro_batch": "[0, inf)", "critic.max_tokens_per_micro_batch": "[0, inf)",
     "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)",
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
-    "tool.concurrency": "[1, inf)",
+    "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",
+    "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",
+    "async_rollout.transfer_timeout_s": "(0, inf)", "async_rollout.fail_at_generation": "[-1, inf)",
     "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",
     "algorithm.clip_ratio_dual": "[0, inf)",
     "algorithm.kl_coef": "[0, inf)", "algorithm.entropy_coef": "[0, inf)", "algorithm.gamma": "[0, 1]",

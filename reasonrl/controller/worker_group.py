@@ -151,6 +151,17 @@ class WorkerGroup:
             out[rank] = path.read_text()
         return out
 
+    def stream(self, name: str, batch: Batch, *args: Any) -> List[Any]:
+        """Start the generator method ``name`` on every rank with its share of ``batch`` (split as SPLIT_BATCH), as
+        Ray streaming calls: one ``ObjectRefGenerator`` per rank, in rank order, each yielding refs to Batches."""
+        parts = batch.chunk(self.world_size)
+        return [getattr(w, name).options(num_returns="streaming").remote(p, *args)
+                for w, p in zip(self.workers, parts)]
+
+    def submit(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Start ``name`` (same arguments to every rank) without waiting: the ranks' ObjectRefs, in rank order."""
+        return [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
+
     def shutdown(self) -> None:
         for w in self.workers:
             ray.kill(w)
@@ -168,8 +179,9 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    # No address, "local": a new Ray of our own even when this machine runs a cluster (``ray start``) that a bare init would join
-    ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
+    # None or "local": a new cluster of our own, even when another one runs on this machine (ray.init() would join it)
+    joining = address not in (None, "local")
+    ray.init(address=address if joining else "local", num_cpus=None if joining else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})
 
 

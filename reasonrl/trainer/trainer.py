@@ -35,6 +35,7 @@ from .interrupt import stop_at_step_boundary
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
 from .passes import passes_needed
 from .watchdog import PhaseWatchdog
+from .streaming import generate_and_verify
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,11 @@ def resolve_device(cfg: Config) -> str:
 
 
 def world_size_for(cfg: Config, device: str) -> int:
+    """Actor workers (data-parallel ranks); with trainer.mode=async the rollout workers' GPUs are not counted."""
     if cfg.trainer.num_workers:
         return cfg.trainer.num_workers
-    return max(1, torch.cuda.device_count()) if device == "cuda" else 1
+    rollout_gpus = cfg.async_rollout.num_rollout_workers if cfg.trainer.mode == "async" else 0
+    return max(1, torch.cuda.device_count() - rollout_gpus) if device == "cuda" else 1
 
 
 def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
@@ -325,13 +328,14 @@ class Trainer:
         """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
         cfg = self.cfg
         prompts = [self.train_data[i] for i in self.sampler.next_indices()]
-        with timer("rollout"):
-            gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}), self.sampling())
-        rows = [prompts[j // cfg.rollout.n].row for j in range(len(gen))]
-        with timer("verify"):
-            results = self.pool.verify_batch([verify_item(row, text, cfg.reward)
-                                              for row, text in zip(rows, gen["response_text"])])
+        gen, results = generate_and_verify(self.engines, prompts, self.sampling(), self.pool, cfg.reward,
+                                           cfg.rollout.stream_chunk_prompts, timer)
         return Round(prompts, gen, results)
+
+    @property
+    def engines(self) -> WorkerGroup:
+        """The worker group that holds the rollout engines: the actor group itself when colocated."""
+        return self.workers
 
     def validate(self) -> Dict[str, float]:
         cfg = self.cfg
@@ -345,7 +349,7 @@ class Trainer:
             prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
             real = len(prompts)
             prompts += [prompts[-1]] * ((-real) % self.world_size)  # every rank gets the same count
-            gen = self.workers.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
+            gen = self.engines.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
                                         self.sampling(validation=True))
             items = [verify_item(p.row, text, cfg.reward) for p, text in zip(prompts[:real], gen["response_text"])]
             for r in self.pool.verify_batch(items):

@@ -19,7 +19,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -33,13 +33,15 @@ from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
-from reasonrl.rollout import SLEEP_PARTS, SamplingParams, make_rollout_engine, resolve_engine_name
-from reasonrl.rollout.multiturn import ToolRollout, tool_meta
+from reasonrl.rollout import SLEEP_PARTS, make_rollout_engine, resolve_engine_name
+from reasonrl.rollout.multiturn import ToolRollout
 
+from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_max, all_reduce_sum, start_rank
 from .fsdp import (Offloader, clip_grad_norm, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
+from .rollout_worker import generate_chunks
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +91,15 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
-        started = time.perf_counter()
-        self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
-                                          self.device, max_len)
-        self.engine_start_s = time.perf_counter() - started  # the trainer's startup_s/engine_start
+        self.engine = None  # trainer.mode=async: no engine here, the RolloutWorkers generate on their own devices
+        self.engine_start_s: Optional[float] = None  # the trainer's startup_s/engine_start
+        if self.cfg.trainer.mode != "async":
+            started = time.perf_counter()
+            self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
+                                              self.device, max_len)
+            self.engine_start_s = time.perf_counter() - started
         self.tool_rollout = None  # the multi-turn loop around the engine (tool.enabled), built on first use
+        self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BY_ENGINE)
@@ -102,22 +108,20 @@ class ActorRolloutRefWorker:
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
         every rank of an engine gets the same prompts (they run the engine together)."""
-        params = SamplingParams(**sampling)
-        results = self._generator().generate(prompts["prompt_ids"], params)
-        meta: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "response_ids", "rollout_log_probs",
-                                                      "response_text", "finish_reason", "prompt_row")}
-        for i, (prompt, completions) in enumerate(zip(prompts["prompt_ids"], results)):
-            prompt = list(prompt)  # one list shared by the prompt's samples: Ray's pickle sends it once
-            for c in completions:  # the engine's lists as they are: no per-token copies
-                meta["prompt_ids"].append(prompt)
-                meta["response_ids"].append(c.token_ids)
-                meta["rollout_log_probs"].append(c.logprobs)
-                meta["response_text"].append(c.text)
-                meta["finish_reason"].append(c.finish_reason)
-                meta["prompt_row"].append(i)
-        if self.cfg.tool.enabled:  # multi-turn: per-row tool_mask (masked out of the loss) and tool counts
-            meta.update(tool_meta([c for completions in results for c in completions]))
-        return Batch(meta=meta)
+        self._need_engine()
+        return next(generate_chunks(self._generator(), prompts["prompt_ids"], sampling, 0, self.cfg.tool.enabled))
+
+    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
+        """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, ``chunk_prompts`` prompts'
+        responses at a time, so the verifier pool can start on them while the rest are generated."""
+        self._need_engine()
+        yield from generate_chunks(self._generator(), prompts["prompt_ids"], sampling, chunk_prompts,
+                                   self.cfg.tool.enabled)
+
+    def _need_engine(self) -> None:
+        if self.engine is None:
+            raise RuntimeError("this actor worker has no rollout engine (trainer.mode=async): the RolloutWorkers "
+                               "generate")
 
     def _generator(self):
         """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
@@ -132,6 +136,8 @@ class ActorRolloutRefWorker:
         """Free the engine's weights and KV cache while the actor trains (vLLM on GPU with
         ``rollout.free_cache_engine``; elsewhere a no-op: ``supports_sleep`` is False). Seconds taken."""
         start = time.perf_counter()
+        if self.engine is None:  # async: the RolloutWorkers hold the engines
+            return 0.0
         if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine.asleep_parts:
             self.engine.sleep()
         return time.perf_counter() - start
@@ -145,6 +151,8 @@ class ActorRolloutRefWorker:
         return time.perf_counter() - start
 
     def _wake_engine(self, parts) -> None:
+        if self.engine is None:
+            return
         parts = [p for p in parts if p in self.engine.asleep_parts]
         if not parts:
             return
@@ -302,6 +310,8 @@ class ActorRolloutRefWorker:
         from reasonrl.rollout.weight_sync import iter_buckets
 
         start = time.perf_counter()
+        if self.engine is None:  # async: the weights go out through send_weights
+            return {"seconds": 0.0, "bytes": 0.0}
         self._wake_engine(("weights",))  # the weights first: the KV cache takes its memory after the update
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
         dtype = self.compute_dtype
@@ -330,6 +340,40 @@ class ActorRolloutRefWorker:
             actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
                                              torch.tensor([list(response_ids)], device=self.device))
         return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
+
+    # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
+    @dispatch(RANK_ZERO)
+    def open_weight_transfer(self) -> Tuple[str, int]:
+        """Rank 0: host the transfer group's store; returns its (ip, port)."""
+        if self.rank != 0:
+            return "", 0
+        self.transfer_store, host, port = weight_transfer.open_store()
+        return host, port
+
+    @dispatch(ONE_TO_ALL)
+    def join_weight_transfer(self, group_size: int) -> None:
+        """Rank 0 joins the transfer group as its rank 0 (the rollout workers join at the same time)."""
+        if self.rank == 0:
+            self.transfer_group = weight_transfer.join_group(self.transfer_store, 0, group_size, self.device,
+                                                             self.cfg.async_rollout.transfer_timeout_s)
+
+    @dispatch(RANK_ZERO)
+    def weight_specs(self) -> List[weight_transfer.ParamSpec]:
+        """What ``send_weights`` sends: every parameter's name, full shape and dtype."""
+        return weight_transfer.param_specs(self.actor.named_parameters(), self.compute_dtype)
+
+    @dispatch(ONE_TO_ALL)
+    def send_weights(self, specs: List[weight_transfer.ParamSpec]) -> Dict[str, float]:
+        """Gather the full parameters (every rank: an FSDP collective) and broadcast them from rank 0, in buckets."""
+        start = time.perf_counter()
+        params = iter_full_params(self.actor, self.device, self.compute_dtype)
+        if self.rank != 0:
+            for _ in params:
+                pass
+            return {"seconds": time.perf_counter() - start, "bytes": 0.0}
+        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        sent = weight_transfer.send(self.transfer_group, params, specs, bucket_bytes)
+        return {"seconds": time.perf_counter() - start, "bytes": float(sent)}
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
@@ -381,8 +425,9 @@ class ActorRolloutRefWorker:
     def info(self) -> Dict[str, Any]:
         import ray
 
-        return {"rank": self.rank, "device": self.device, "engine": self.engine.name, "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "engine_can_sleep": self.engine.supports_sleep,
+        return {"rank": self.rank, "device": self.device, "engine": self.engine.name if self.engine else "none",
+                "pid": os.getpid(), "threads": torch.get_num_threads(),
+                "engine_can_sleep": bool(self.engine and self.engine.supports_sleep),
                 "engine_start_s": self.engine_start_s,
                 "node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
                 "node_ip": ray.util.get_node_ip_address() if ray.is_initialized() else None,

@@ -1,0 +1,204 @@
+"""trainer.mode=async on CPU with Ray: one RolloutWorker (hf engine) and one engine-less actor worker, gloo transfer.
+
+Real SmolLM2 on the arith task, tiny sizes (2 prompts x 2 samples x 8 tokens). An entropy bonus makes every update move the weights
+even when all rewards are equal, so "the engine holds the actor's weights" cannot pass by leaving both untouched.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from reasonrl.workers import weight_transfer
+
+pytestmark = pytest.mark.slow
+
+TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
+        "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
+        "algorithm.use_kl_loss=false", "algorithm.entropy_coef=0.01", "actor.lr=1e-4", "trainer.ray_address=local",
+        "rollout.stream_chunk_prompts=1", "trainer.log_samples_every=1"]
+
+
+def make_trainer(args):
+    from reasonrl.config import load_config
+    from reasonrl.trainer.async_loop import AsyncTrainer
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from reasonrl.workers.rollout_worker import RolloutWorker
+
+    cfg, _ = load_config(TINY + args, cuda_available=False)
+    return AsyncTrainer(cfg, actor_worker=ActorRolloutRefWorker, rollout_worker=RolloutWorker)
+
+
+def read_jsonl(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def prompts_by_step(run_dir: Path):
+    out = {}
+    for row in read_jsonl(run_dir / "samples.jsonl"):
+        out.setdefault(row["step"], set()).add(row["prompt"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory, ray_session, model_path):
+    """Three async steps, checkpoints at 2 and 3; the trainer stays open for the weight checks."""
+    out = tmp_path_factory.mktemp("async") / "run"
+    trainer = make_trainer(["trainer.total_steps=3", "trainer.save_every=2", f"trainer.output_dir={out}"])
+    try:
+        trainer.fit()
+        yield trainer, out
+    finally:
+        trainer.close()
+
+
+def test_tis_is_on_by_default_in_async_mode():
+    from reasonrl.config import load_config
+
+    assert load_config(TINY, cuda_available=False)[0].algorithm.tis_mode == "token"
+    assert load_config(TINY + ["algorithm.tis_mode=off"], cuda_available=False)[0].algorithm.tis_mode == "off"
+    assert load_config(["rollout.engine=hf"], cuda_available=False)[0].algorithm.tis_mode == "off"  # colocated
+
+
+def test_pack_unpack_and_bucket_plans_agree():
+    tensors = [("b", torch.ones(5, dtype=torch.bfloat16)), ("a", torch.arange(6.0).reshape(3, 2)),
+               ("c", torch.full((4,), 7.0)), ("d", torch.arange(3, dtype=torch.int64))]
+    specs = [weight_transfer.ParamSpec(n, tuple(t.shape), str(t.dtype).replace("torch.", "")) for n, t in tensors]
+    # 40-byte buckets, cut by iter_buckets: b (10 B) + a (24 B) = 34 fit; + c (16 B) = 50 does not, so c starts the
+    # next bucket; c + d (24 B) = 40 fit.
+    plan = [[s.name for s in bucket] for bucket in weight_transfer.spec_buckets(specs, 40)]
+    assert plan == [["b", "a"], ["c", "d"]]
+    by_name = dict(tensors)
+    for bucket in weight_transfer.spec_buckets(specs, 40):
+        buffer = weight_transfer.pack([(s.name, by_name[s.name]) for s in bucket])
+        # b is padded to 16 B so the float32 a starts at an aligned offset (16 + 32 = 48 B; c + d: 16 + 32 = 48 B)
+        assert buffer.numel() == weight_transfer.packed_size(bucket) == 48
+        for name, view in weight_transfer.unpack(buffer, bucket):
+            assert view.dtype == by_name[name].dtype and torch.equal(view, by_name[name])
+
+
+def test_staleness_is_one_step_and_never_above_the_bound(async_run):
+    _, out = async_run
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # step 1 trains on the base model's batch; later batches were generated while the previous step trained
+    assert [r["async/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["async/weights_version"] for r in rows] == [0.0, 0.0, 1.0]
+    for r in rows:
+        assert r["weight_sync/bytes"] > 0 and r["timing_s/weight_sync"] > 0
+    # TIS sees it too: the engine's log-probs match the actor's on the fresh batch, not on the stale one
+    diffs = [r["rollout/logprob_diff_max"] for r in rows]
+    assert diffs[0] < 1e-3 < diffs[1], diffs
+
+
+def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
+    from transformers import AutoModelForCausalLM
+
+    from reasonrl.data.collate import collate_rollout
+
+    trainer, out = async_run
+    assert trainer.rollouts.weights_version() == [3]  # synced after the third update
+    tok = trainer.tokenizer
+    prompt, response = tok("Question: what is 2+2?")["input_ids"], tok(" It is 4, I am sure.")["input_ids"]
+    engine_lp = torch.tensor(trainer.rollouts.sequence_logprobs([prompt], [response])[0])
+    batch = collate_rollout([prompt], [response], [[0.0] * len(response)], tok.pad_token_id)
+    actor_lp = trainer.workers.compute_log_probs(batch)["old_log_probs"][0][batch["response_mask"][0].bool()]
+    base = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+    with torch.no_grad():
+        logits = base(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1]
+    base_lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+    moved = (actor_lp - base_lp).abs().max()
+    assert moved > 1e-3, "three updates left the actor where it started: the comparison below would prove nothing"
+    assert (engine_lp - actor_lp).abs().max() < 1e-4 * max(1.0, float(moved) * 10)
+    # and the checkpoint of step 3 (the actor of version 3) is what the engine holds, tensor for tensor
+    exported = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step_000003" / "hf")
+    with torch.no_grad():
+        logits = exported(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1]
+    exported_lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+    assert (engine_lp - exported_lp).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("worker", ["RolloutWorker", "ActorRolloutRefWorker"])
+def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path):
+    """Greedy, so both ways sample the same responses: streamed sub-batches come back in the same row order, each
+    with its own verifier result (the async mode's RolloutWorker and the colocated worker, on Ray, with the real math
+    verifier)."""
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.controller import WorkerGroup, start_ray
+    from reasonrl.data import PromptDataset
+    from reasonrl.datasets import task_files
+    from reasonrl.models import load_tokenizer
+    from reasonrl.rewards import make_pool
+    from reasonrl.trainer.metrics import PhaseTimer
+    from reasonrl.trainer.streaming import generate_and_verify
+    from reasonrl.workers.rollout_worker import RolloutWorker
+
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    colocated = worker == "ActorRolloutRefWorker"
+    cfg, _ = load_config([a for a in TINY if not (colocated and a == "trainer.mode=async")], cuda_available=False)
+    data = PromptDataset(task_files("arith", "train", None), load_tokenizer(model_path), 256)
+    prompts = [data[i] for i in range(3)]
+    greedy = {"n": 2, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8, "logprobs": False}
+    start_ray("local", num_cpus=4)
+    group = WorkerGroup(ActorRolloutRefWorker if colocated else RolloutWorker, 1, False, 1,
+                        {"config": to_dict(cfg), "model_path": model_path})
+    rounds = {}
+    try:
+        with make_pool(cfg.reward) as pool:
+            for chunk in (0, 1):
+                timer = PhaseTimer()
+                gen, results = generate_and_verify(group, prompts, greedy, pool, cfg.reward, chunk, timer)
+                rounds[chunk] = (gen["prompt_ids"], gen["response_text"], [r.info.get("reason") for r in results])
+                assert set(timer.seconds) == {"rollout", "verify"}
+    finally:
+        group.shutdown()
+    assert rounds[0] == rounds[1]
+    assert rounds[1][0] == [list(p.token_ids) for p in prompts for _ in range(2)]
+
+
+def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, tmp_path):
+    trainer, out = async_run
+    # at the save of step 2 the batch of step 3 was already drawn (in flight); the checkpoint must not count it
+    state2 = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    state3 = json.loads((out / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
+    assert state2["step"] == 2 and state2["sampler"] == {"epoch": 0, "offset": 4}
+    assert state3["step"] == 3 and state3["sampler"] == {"epoch": 0, "offset": 6}
+    trainer.close()  # one actor + one rollout worker at a time on this machine
+
+    again = tmp_path / "resumed"
+    resumed = make_trainer(["trainer.total_steps=3", f"trainer.output_dir={again}",
+                            f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])
+    try:
+        assert resumed.step == 2
+        assert resumed.rollouts.weights_version() == [2]  # the engines got the resumed weights first
+        resumed.fit()
+    finally:
+        resumed.close()
+    assert [r["step"] for r in read_jsonl(again / "metrics.jsonl")] == [3]
+    first, second = prompts_by_step(out), prompts_by_step(again)
+    assert second[3] == first[3] and first[3] != first[2]  # step 3 trains on the same prompts as without the stop
+
+
+def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path):
+    from reasonrl.trainer.async_loop import RolloutWorkerError
+
+    # generate call 2 is the batch of step 3 (call 0: step 1, call 1: step 2): the worker dies while step 2 trains
+    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}",
+                            "async_rollout.fail_at_generation=2"])
+    try:
+        with pytest.raises(RolloutWorkerError, match="RolloutWorker rank 0 failed while"):
+            trainer.fit()
+        assert trainer.step == 1  # step 2 could not sync its weights to the dead worker
+    finally:
+        trainer.close()
