@@ -58,6 +58,7 @@ from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import response_log_probs  # noqa: E402
 from reasonrl.trainer.passes import passes_needed  # noqa: E402
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
+from reasonrl.rollout import SLEEP_PARTS  # noqa: E402
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BY_ENGINE, dispatch  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -159,7 +160,7 @@ class BenchWorker(ActorRolloutRefWorker):
     def bench_wake(self) -> float:
         """Seconds to wake the engine (weights + KV cache), as ``sync_weights`` would at its start."""
         start = time.perf_counter()
-        self._wake_engine()
+        self._wake_engine(SLEEP_PARTS)
         _sync()
         return time.perf_counter() - start
 
@@ -175,7 +176,7 @@ class BenchWorker(ActorRolloutRefWorker):
     @torch.no_grad()
     def bench_sync_check(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Max / mean |engine - actor| log-prob of ``response_ids`` given ``prompt_ids`` (nats)."""
-        self._wake_engine()
+        self._wake_engine(SLEEP_PARTS)
         engine_lp = torch.tensor(self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0])
         ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
         mask = torch.ones_like(ids)
@@ -222,7 +223,7 @@ class BenchWorker(ActorRolloutRefWorker):
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
-        self._wake_engine()
+        self._wake_engine(SLEEP_PARTS)
         self.engine.finish_weight_update()
         params = VSamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=True)
         _sync()

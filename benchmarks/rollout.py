@@ -63,8 +63,7 @@ def time_sync(engine, model, bucket_mb: float, repeats: int) -> dict:
         for bucket in iter_buckets(model.named_parameters(), mib_to_bytes(bucket_mb)):
             engine.update_weights(bucket)
             buckets += 1
-        if hasattr(engine, "finish_weight_update"):
-            engine.finish_weight_update()
+        engine.finish_weight_update()
         runs.append(time.perf_counter() - start)
     return {"bucket_mb": bucket_mb, "buckets": buckets, "seconds_median": round(statistics.median(runs), 3),
             "seconds_all": [round(r, 3) for r in runs]}
