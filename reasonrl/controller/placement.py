@@ -19,6 +19,8 @@ from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 PLACEMENT_STRATEGY = "PACK"
+PLACEMENT_TIMEOUT_S = 180.0
+"""How long a placement group may wait for resources the cluster has but other groups hold; then an error says so."""
 
 
 class ClusterTooSmallError(RuntimeError):
@@ -57,7 +59,13 @@ def reserve_bundles(world_size: int, bundle: Dict[str, float]) -> PlacementGroup
     """Check capacity, then create and wait for a placement group of ``world_size`` copies of ``bundle``."""
     check_capacity(world_size, bundle, node_capacities())
     group = placement_group([dict(bundle) for _ in range(world_size)], strategy=PLACEMENT_STRATEGY)
-    ray.get(group.ready())
+    try:
+        ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        ray.util.remove_placement_group(group)
+        raise ClusterTooSmallError(
+            f"{world_size} workers of {bundle} could not be placed within {PLACEMENT_TIMEOUT_S:g} s: the cluster has "
+            f"them in total, but other worker groups hold them (free now: {ray.available_resources()})") from None
     return group
 
 

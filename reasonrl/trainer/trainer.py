@@ -126,7 +126,9 @@ class Trainer:
         # of twice the cores to place both groups.
         with self.startup("ray_start"):
             start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
-        cpus_per_worker = (worker_cpus(self.world_size, 2 if self.use_critic else 1) if self.device == "cpu" else 1)
+        # Groups sharing the cores on CPU: the actor's, the critic's (PPO), the rollout workers' (trainer.mode=async).
+        groups = 1 + int(self.use_critic) + int(cfg.trainer.mode == "async")
+        cpus_per_worker = worker_cpus(self.world_size, groups) if self.device == "cpu" else 1
         gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
         worker_kwargs = {"config": to_dict(cfg), "model_path": self.model_path, "batch_plan": self.batch_plan}
         with self.startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
