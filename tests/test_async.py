@@ -128,6 +128,43 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     assert (engine_lp - exported_lp).abs().max() < 1e-4
 
 
+def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, tmp_path):
+    trainer, out = async_run
+    # at the save of step 2 the batch of step 3 was already drawn (in flight); the checkpoint must not count it
+    state2 = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    state3 = json.loads((out / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
+    assert state2["step"] == 2 and state2["sampler"] == {"epoch": 0, "offset": 4}
+    assert state3["step"] == 3 and state3["sampler"] == {"epoch": 0, "offset": 6}
+    trainer.close()  # one actor + one rollout worker at a time on this machine
+
+    again = tmp_path / "resumed"
+    resumed = make_trainer(["trainer.total_steps=3", f"trainer.output_dir={again}",
+                            f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])
+    try:
+        assert resumed.step == 2
+        assert resumed.rollouts.weights_version() == [2]  # the engines got the resumed weights first
+        resumed.fit()
+    finally:
+        resumed.close()
+    assert [r["step"] for r in read_jsonl(again / "metrics.jsonl")] == [3]
+    first, second = prompts_by_step(out), prompts_by_step(again)
+    assert second[3] == first[3] and first[3] != first[2]  # step 3 trains on the same prompts as without the stop
+
+
+def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path):
+    from reasonrl.trainer.async_loop import RolloutWorkerError
+
+    # generate call 2 is the batch of step 3 (call 0: step 1, call 1: step 2): the worker dies while step 2 trains
+    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}",
+                            "async_rollout.fail_at_generation=2"])
+    try:
+        with pytest.raises(RolloutWorkerError, match="RolloutWorker rank 0 failed while"):
+            trainer.fit()
+        assert trainer.step == 1  # step 2 could not sync its weights to the dead worker
+    finally:
+        trainer.close()
+
+
 @pytest.mark.parametrize("worker", ["RolloutWorker", "ActorRolloutRefWorker"])
 def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path):
     """Greedy, so both ways sample the same responses: streamed sub-batches come back in the same row order, each
@@ -165,40 +202,3 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path
         group.shutdown()
     assert rounds[0] == rounds[1]
     assert rounds[1][0] == [list(p.token_ids) for p in prompts for _ in range(2)]
-
-
-def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, tmp_path):
-    trainer, out = async_run
-    # at the save of step 2 the batch of step 3 was already drawn (in flight); the checkpoint must not count it
-    state2 = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
-    state3 = json.loads((out / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
-    assert state2["step"] == 2 and state2["sampler"] == {"epoch": 0, "offset": 4}
-    assert state3["step"] == 3 and state3["sampler"] == {"epoch": 0, "offset": 6}
-    trainer.close()  # one actor + one rollout worker at a time on this machine
-
-    again = tmp_path / "resumed"
-    resumed = make_trainer(["trainer.total_steps=3", f"trainer.output_dir={again}",
-                            f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])
-    try:
-        assert resumed.step == 2
-        assert resumed.rollouts.weights_version() == [2]  # the engines got the resumed weights first
-        resumed.fit()
-    finally:
-        resumed.close()
-    assert [r["step"] for r in read_jsonl(again / "metrics.jsonl")] == [3]
-    first, second = prompts_by_step(out), prompts_by_step(again)
-    assert second[3] == first[3] and first[3] != first[2]  # step 3 trains on the same prompts as without the stop
-
-
-def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path):
-    from reasonrl.trainer.async_loop import RolloutWorkerError
-
-    # generate call 2 is the batch of step 3 (call 0: step 1, call 1: step 2): the worker dies while step 2 trains
-    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}",
-                            "async_rollout.fail_at_generation=2"])
-    try:
-        with pytest.raises(RolloutWorkerError, match="RolloutWorker rank 0 failed while"):
-            trainer.fit()
-        assert trainer.step == 1  # step 2 could not sync its weights to the dead worker
-    finally:
-        trainer.close()
