@@ -97,7 +97,7 @@ class WorkerGroup:
             parts = batch.chunk(self.world_size // self.engine_ranks)
             refs = [getattr(w, name).remote(parts[r // self.engine_ranks], *rest, **kwargs)
                     for r, w in enumerate(self.workers)]
-            results = ray.get(refs)
+            results = self._wait(name, refs)  # fault points and the watchdog, as for every call
             return Batch.concat(results[::self.engine_ranks])
         if mode in (SPLIT_BATCH, SPLIT_METRICS):
             batch, rest = args[0], args[1:]
