@@ -13,6 +13,7 @@
 #   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
+#   benchmarks/gpu_run.sh packing [ARGS]  the wheels only, then benchmarks/gpu_packing.py ARGS -> $OUT/gpu_packing.json
 #   benchmarks/gpu_run.sh doctor [ARGS]   setup, then python -m reasonrl.doctor ARGS -> $OUT/doctor.txt, $OUT/doctor.json
 #   benchmarks/gpu_run.sh train [ARGS]    setup, assemble SmolLM2 (after lcpart 0 and 1), then the real CLI as a user
 #                                         runs it: python -m reasonrl.train task=gsm8k rollout.engine=vllm ARGS ->
@@ -144,6 +145,9 @@ case $cmd in
   mfu)
     setup_wheels
     python3 benchmarks/gpu_update_mfu.py --out "$OUT/gpu_update_mfu.json" "$@" 2>&1 | tee "$OUT/gpu_update_mfu.log" ;;
+  packing)
+    setup_wheels
+    python3 benchmarks/gpu_packing.py --out "$OUT/gpu_packing.json" "$@" 2>&1 | tee "$OUT/gpu_packing.log" ;;
   doctor)
     setup
     rc=0

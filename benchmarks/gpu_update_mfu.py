@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,8 +81,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool) -> ActorRolloutRefWorker:
-    """The real actor worker, world size 1, configured for the update only (no KL loss, so no reference model)."""
+def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool,
+                extra: Sequence[str] = ()) -> ActorRolloutRefWorker:
+    """The real actor worker, world size 1, configured for the update only (no KL loss, so no reference model);
+    ``extra``: more overrides (gpu_packing.py's attention implementation and micro-batch rows)."""
     rows_per_prompt = 8 if args.rows % 8 == 0 else 1
     overrides = [
         f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
@@ -92,7 +94,7 @@ def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool) -> Ac
         "rollout.engine=hf", "actor.ppo_mini_batch_size=0", "actor.lr=1e-6", f"actor.compile={compile_layers}",
         "algorithm.use_kl_loss=false", "algorithm.kl_in_reward=false", "algorithm.entropy_coef=0.0",
         "trainer.profile=none", "trainer.resume=never", f"trainer.device={'cuda' if on_gpu else 'cpu'}",
-        "trainer.seed=1",
+        "trainer.seed=1", *extra,
     ]
     cfg, _ = load_config(overrides, cuda_available=on_gpu)
     return ActorRolloutRefWorker(to_dict(cfg), str(model_dir), rank=0, world_size=1, master_addr="127.0.0.1",
