@@ -37,7 +37,7 @@ class LocalWorkerGroup:
     per-node daemons and memory monitor and the thread oversubscription of 2-thread workers."""
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0) -> None:
+                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1) -> None:
         import socket
 
         if world_size != 1:
@@ -48,6 +48,12 @@ class LocalWorkerGroup:
         self.worker_cls = worker_cls
         self.worker = worker_cls(**init_kwargs, rank=0, world_size=1, master_addr="127.0.0.1", master_port=port,
                                  num_threads=int(os.environ.get("LEARNING_CURVE_THREADS", "1")))
+
+    def enable_watchdog(self, watchdog: Any, stack_dir: str) -> None:
+        """No remote ranks to watch: a hang here is the training process's own."""
+
+    def info(self) -> List[Dict[str, Any]]:
+        return [self.worker.info()]
 
     def __getattr__(self, name: str):
         from reasonrl.workers.dispatch import ONE_TO_ALL
@@ -71,6 +77,7 @@ def train_in_process(train_args: List[str]) -> int:
 
     trainer_module.WorkerGroup = LocalWorkerGroup
     trainer_module.start_ray = lambda *args, **kwargs: None
+    trainer_module.worker_cpus = lambda *args, **kwargs: 1  # no Ray to ask; LocalWorkerGroup runs one thread
     return train_main(train_args)
 
 

@@ -39,6 +39,16 @@ def test_cpu_profile_applies_without_gpu_and_yields_to_user_sizes():
     assert notes_gpu["profile"] is None and cfg_gpu.data.train_batch_size == 32
 
 
+def test_cpu_profile_shortens_lengths_but_never_lengthens_a_task():
+    from reasonrl.config.presets import CPU_PROFILE
+    from reasonrl.config.tasks import TASKS
+
+    gsm8k, _ = load_config(["task=gsm8k"], cuda_available=False)
+    assert gsm8k.rollout.max_new_tokens == CPU_PROFILE["rollout"]["max_new_tokens"] < 512  # shortened
+    arith, notes = load_config(["task=arith"], cuda_available=False)
+    assert notes["profile"] == "cpu" and arith.rollout.max_new_tokens == TASKS["arith"].max_new_tokens == 64
+
+
 def test_algorithm_preset_sets_fields_and_user_still_overrides():
     cfg, _ = load_config(["algorithm=dapo", "algorithm.clip_ratio_high=0.3"], cuda_available=False)
     assert cfg.algorithm.name == "dapo" and cfg.algorithm.dynamic_sampling is True

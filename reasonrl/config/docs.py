@@ -160,7 +160,9 @@ def _preset_section() -> List[str]:
     lines += ["", "| algorithm | sets (under `algorithm.`) |", "|---|---|"]
     lines += [f"| `{name}` | {_cell(', '.join(f'`{kv}`' for kv in _flatten(p)))} |"
               for name, p in presets.ALGORITHM_PRESETS.items()]
-    lines += ["", "CPU profile: " + ", ".join(f"`{kv}`" for kv in _flatten(presets.CPU_PROFILE)), ""]
+    ceilings = ", ".join(f"`{section}.{key}`" for section, key in presets.PROFILE_LENGTH_CEILINGS)
+    lines += ["", "CPU profile: " + ", ".join(f"`{kv}`" for kv in _flatten(presets.CPU_PROFILE))
+              + f" ({ceilings} only shorten a task's own)", ""]
     lines += [f"Mode `{name}`: " + ", ".join(f"`{kv}`" for kv in _flatten(p)) for name, p in presets.MODE_PRESETS.items()]
     lines += [""]
     return lines

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, TASK_PRESETS
+from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
 from .schema import FIELD_RANGES, Config
 
 
@@ -90,7 +90,7 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         raise ConfigError(_describe(exc)) from None
     notes: Dict[str, Any] = {"task": task, "algorithm": algorithm or probe.algorithm.name, "profile": None}
     if _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
-        cfg = _merge(cfg, copy.deepcopy(CPU_PROFILE), "cpu profile")
+        cfg = _merge(cfg, _cpu_profile_under(cfg), "cpu profile")
         notes["profile"] = "cpu"
     if probe.trainer.mode in MODE_PRESETS:
         cfg = _merge(cfg, copy.deepcopy(MODE_PRESETS[probe.trainer.mode]), f"trainer.mode={probe.trainer.mode}")
@@ -100,6 +100,16 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         obj.algorithm.tis_mode = "off"
     validate(obj)
     return obj, notes
+
+
+def _cpu_profile_under(cfg) -> Dict[str, Any]:
+    """The CPU profile for ``cfg`` (the task and algorithm presets merged): its lengths are ceilings, so a task whose
+    own length is shorter keeps it (arith generates 64 tokens on a CPU too, not the profile's 160)."""
+    profile = copy.deepcopy(CPU_PROFILE)
+    for section, key in PROFILE_LENGTH_CEILINGS:
+        if key in profile.get(section, {}):
+            profile[section][key] = min(profile[section][key], cfg[section][key])
+    return profile
 
 
 def validate(cfg: Config) -> None:

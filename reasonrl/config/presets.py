@@ -31,6 +31,8 @@ CPU_PROFILE: Dict[str, Any] = {
     "rollout": {"n": 4, "max_new_tokens": 160},
     "actor": {"micro_batch_size_per_worker": 4},
 }
+# The profile's lengths only shorten: a task preset with a shorter one keeps its own.
+PROFILE_LENGTH_CEILINGS = (("data", "max_prompt_length"), ("rollout", "max_new_tokens"))
 
 # Layered over the task/algorithm presets (beneath the size profile and the user) by trainer.mode.
 MODE_PRESETS: Dict[str, Dict[str, Any]] = {
