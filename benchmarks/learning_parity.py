@@ -71,18 +71,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--runs-dir", default=str(ROOT / "outputs" / "learning_parity"))
     parser.add_argument("--reuse", action="store_true", help="read existing runs instead of training")
+    parser.add_argument("--driver", choices=["ray", "local"], default="ray",
+                        help="learning_curve.py's driver for the colocated variants (async always runs on Ray)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every variant (after --)")
     args = parser.parse_args(argv)
 
     common = ["rollout.engine=hf", "data.train_batch_size=32", "rollout.n=8", "rollout.temperature=0.7",
               "actor.lr=1e-5", "actor.ppo_mini_batch_size=8", "actor.micro_batch_size_per_worker=64",
-              "data.val_batch_size=300", "reward.workers=2", "algorithm.use_kl_loss=false", *args.overrides]
+              f"data.val_batch_size={args.val_size}", "reward.workers=2", "algorithm.use_kl_loss=false",
+              *args.overrides]
     results = {}
     for name in args.variants:
         out = RESULTS / "learning_parity" / f"{name}.json"
         cli = ["--algorithm", "grpo", "--seeds", *map(str, args.seeds), "--steps", str(args.steps),
                "--val-every", str(args.val_every), "--val-size", str(args.val_size),
-               "--runs-dir", str(Path(args.runs_dir) / name), "--out", str(out), "--note", f"learning parity: {name}"]
+               "--runs-dir", str(Path(args.runs_dir) / name), "--out", str(out), "--note", f"learning parity: {name}",
+               "--driver", "ray" if name == "async" else args.driver]
         if args.reuse:
             cli.append("--reuse")
         if learning_curve.main([*cli, "--", *common, *VARIANTS[name]]) != 0:
