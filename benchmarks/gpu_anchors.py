@@ -20,14 +20,13 @@ import platform
 import random
 import sys
 import time
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_grpo_step import RESULTS, SHAPES, write, write_random_model  # noqa: E402
+from gpu_grpo_step import RESULTS, SHAPES, exit_with_status, recorded, write, write_random_model  # noqa: E402
 
 
 def timed_generate(llm, prompts, params) -> dict:
@@ -67,7 +66,7 @@ def main() -> None:
                           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
               "trl_grpo_trainer": "not run: TRL and HF datasets are not carried to the GPU machine yet"}
     wall = time.perf_counter()
-    try:
+    with recorded(args.out, result, wall):
         import vllm
         from vllm import LLM, SamplingParams
 
@@ -104,16 +103,8 @@ def main() -> None:
             if hybrid:
                 result["hybrid_rollout_tokens_per_s"] = hybrid
                 result["hybrid_vs_standalone"] = {k: hybrid / v for k, v in result["mean_tokens_per_s"].items()}
-        result["status"] = "ok"
-    except Exception:
-        result["status"] = "failed"
-        result["error"] = traceback.format_exc()
-        print(result["error"], flush=True)
-    finally:
-        result["wall_s"] = time.perf_counter() - wall
-        write(args.out, result)
-        print(f"wrote {args.out} ({result['status']})", flush=True)
-    sys.exit(0 if result["status"] == "ok" else 1)
+    print(f"wrote {args.out} ({result['status']})", flush=True)
+    exit_with_status(result)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ The results are written after every step, so a run cut short still leaves its fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,7 +44,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -439,6 +440,28 @@ def write(out: Path, result: Dict[str, Any]) -> None:
     os.replace(tmp, out)
 
 
+@contextlib.contextmanager
+def recorded(out: Path, result: Dict[str, Any], wall_start: float) -> Iterator[None]:
+    """Run a benchmark's body so that its JSON is written whatever happens: afterwards ``result["status"]`` is
+    ``ok``, or ``failed`` with the traceback in ``result["error"]`` (the exception is recorded, not raised), and
+    ``result["wall_s"]`` counts from ``wall_start``. A failed or cut-off device call still leaves its partial
+    figures on disk."""
+    try:
+        yield
+        result["status"] = "ok"
+    except Exception:
+        result["status"] = "failed"
+        result["error"] = traceback.format_exc()
+        print(result["error"], flush=True)
+    finally:
+        result["wall_s"] = time.perf_counter() - wall_start
+        write(out, result)
+
+
+def exit_with_status(result: Dict[str, Any]) -> None:
+    sys.exit(0 if result["status"] == "ok" else 1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=sorted(SHAPES) + sorted(SHAPE_ALIASES), default="qwen2.5-1.5b")
@@ -503,7 +526,7 @@ def main() -> None:
         result["machine"]["vllm"] = f"import failed: {exc!r}"
     n_params = parameter_count(args.shape)
     result["params"] = n_params
-    try:
+    with recorded(args.out, result, wall_start):
         t0 = time.perf_counter()
         model_dir = write_random_model(args.shape, args.model_dir / args.shape)
         result["setup_s"] = {"write_model": time.perf_counter() - t0}
@@ -602,20 +625,12 @@ def main() -> None:
         checks["weight_sync_criterion"] = "after_resync mean < 0.1 nats and stale mean > 10 x after_resync mean"
         checks["weight_sync_ok"] = synced < 0.1 and stale > 10 * synced
         result["checks"] = checks
-        result["status"] = "ok"
         print(f"checks: {json.dumps(checks)}", flush=True)
-    except Exception:
-        result["status"] = "failed"
-        result["error"] = traceback.format_exc()
-        print(result["error"], flush=True)
-    finally:
-        result["wall_s"] = time.perf_counter() - wall_start
-        write(args.out, result)
-        summary = {k: result.get(k) for k in ("mean", "vllm_same_engine_bare_generate", "rollout_vs_bare_vllm",
-                                              "checks", "setup_s", "memory_after_init_gib_per_rank")}
-        print("SUMMARY " + json.dumps(summary, default=str), flush=True)
-        print(f"wrote {args.out} ({result['status']})", flush=True)
-    sys.exit(0 if result["status"] == "ok" else 1)
+    summary = {k: result.get(k) for k in ("mean", "vllm_same_engine_bare_generate", "rollout_vs_bare_vllm",
+                                          "checks", "setup_s", "memory_after_init_gib_per_rank")}
+    print("SUMMARY " + json.dumps(summary, default=str), flush=True)
+    print(f"wrote {args.out} ({result['status']})", flush=True)
+    exit_with_status(result)
 
 
 if __name__ == "__main__":

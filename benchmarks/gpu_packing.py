@@ -30,7 +30,6 @@ import platform
 import random
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Dict
 
@@ -40,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from gpu_grpo_step import SHAPES, parameter_count, write, write_random_model  # noqa: E402
+from gpu_grpo_step import SHAPES, exit_with_status, parameter_count, recorded, write, write_random_model  # noqa: E402
 from gpu_update_mfu import H200_BF16_DENSE_FLOPS, make_worker, timed  # noqa: E402
 from length_dist import response_lengths  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
@@ -123,7 +122,7 @@ def main() -> None:
     reference = None
     worker = None
     last_s = 0.0
-    try:
+    with recorded(args.out, result, wall_start):
         model_dir = write_random_model(args.shape, args.model_dir / args.shape)
         batch = long_tailed_batch(args, int(SHAPES[args.shape]["vocab_size"]))
         mask = batch["response_mask"].bool()
@@ -168,16 +167,8 @@ def main() -> None:
                       f"{out['max_abs_log_prob_diff_vs_first']:.3g}", flush=True)
                 write(args.out, result)
             last_s = (time.perf_counter() - t0) / len(group)
-        result["status"] = "ok"
-    except Exception:
-        result["status"] = "failed"
-        result["error"] = traceback.format_exc()
-        print(result["error"], flush=True)
-    finally:
-        result["wall_s"] = time.perf_counter() - wall_start
-        write(args.out, result)
-        print(f"wrote {args.out} ({result['status']}; skipped {result['skipped']})", flush=True)
-    sys.exit(0 if result["status"] == "ok" else 1)
+    print(f"wrote {args.out} ({result['status']}; skipped {result['skipped']})", flush=True)
+    exit_with_status(result)
 
 
 if __name__ == "__main__":

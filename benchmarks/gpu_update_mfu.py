@@ -33,7 +33,6 @@ import random
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import reasonrl.models.forward as forward_module  # noqa: E402
-from gpu_grpo_step import SHAPES, parameter_count, write, write_random_model  # noqa: E402
+from gpu_grpo_step import SHAPES, exit_with_status, parameter_count, recorded, write, write_random_model  # noqa: E402
 from reasonrl.config import load_config, to_dict  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
@@ -250,7 +249,7 @@ def main() -> None:
     variants = [v for v in args.variants.split(",") if v]
     worker = None
     worker_compiled: Optional[bool] = None
-    try:
+    with recorded(args.out, result, wall_start):
         t0 = time.perf_counter()
         model_dir = write_random_model(args.shape, args.model_dir / args.shape)
         result["setup_s"] = {"write_model": time.perf_counter() - t0}
@@ -297,23 +296,16 @@ def main() -> None:
         if worker is not None and "offload" not in result:
             result["offload"] = offload_round_trip(worker)
         result["imported_vllm_or_ray"] = sorted({m.split(".")[0] for m in sys.modules} & {"vllm", "ray"})
-        result["status"] = "ok"
-    except Exception:
-        result["status"] = "failed"
-        result["error"] = traceback.format_exc()
-        print(result["error"], flush=True)
-    finally:
-        forward_module.FUSED_BY_DEFAULT = True
-        result["wall_s"] = time.perf_counter() - wall_start
-        best = {k: v["update"]["mfu"] for k, v in result["variants"].items()}
-        result["update_mfu_by_variant"] = best
-        write(args.out, result)
-        print("SUMMARY " + json.dumps({"update_mfu": best, "path_check": result.get("path_check"),
-                                       "skipped": result["skipped"], "wall_s": result["wall_s"]}), flush=True)
-        if "profile" in result:
-            print(result["profile"]["top_ops"][:4000], flush=True)
-        print(f"wrote {args.out} ({result['status']})", flush=True)
-    sys.exit(0 if result["status"] == "ok" else 1)
+    forward_module.FUSED_BY_DEFAULT = True
+    best = {k: v["update"]["mfu"] for k, v in result["variants"].items()}
+    result["update_mfu_by_variant"] = best
+    write(args.out, result)
+    print("SUMMARY " + json.dumps({"update_mfu": best, "path_check": result.get("path_check"),
+                                   "skipped": result["skipped"], "wall_s": result["wall_s"]}), flush=True)
+    if "profile" in result:
+        print(result["profile"]["top_ops"][:4000], flush=True)
+    print(f"wrote {args.out} ({result['status']})", flush=True)
+    exit_with_status(result)
 
 
 if __name__ == "__main__":
