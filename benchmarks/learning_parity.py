@@ -62,6 +62,22 @@ def compare(base: Dict, other: Dict, val_size: int) -> List[Dict]:
     return rows
 
 
+def read_saved(name: str, args: argparse.Namespace, overrides: List[str]) -> Dict:
+    """An earlier invocation's results for one variant, refused unless it ran what this invocation would run."""
+    path = RESULTS / "learning_parity" / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"--saved {name}: {path} does not exist (train it first)")
+    saved = json.loads(path.read_text())
+    ran = [o for o in saved["overrides"] if not o.startswith(("data.train_files=", "data.val_files="))]
+    wanted = {"seeds": args.seeds, "steps": args.steps, "val_every": args.val_every,
+              "overrides": [f"data.val_limit={args.val_size}", *overrides]}
+    found = {"seeds": saved["seeds"], "steps": saved["steps"], "val_every": saved["val_every"], "overrides": ran}
+    for key in wanted:
+        if wanted[key] != found[key]:
+            raise SystemExit(f"--saved {name}: {path} ran {key}={found[key]}, this invocation asks for {wanted[key]}")
+    return saved
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
@@ -71,6 +87,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--runs-dir", default=str(ROOT / "outputs" / "learning_parity"))
     parser.add_argument("--reuse", action="store_true", help="read existing runs instead of training")
+    parser.add_argument("--saved", nargs="*", default=[], choices=list(VARIANTS),
+                        help="variants read from their results/learning_parity/<name>.json of an earlier invocation "
+                             "(same seeds, steps and overrides; checked) instead of trained now")
     parser.add_argument("--driver", choices=["ray", "local"], default="ray",
                         help="learning_curve.py's driver for the colocated variants (async always runs on Ray)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every variant (after --)")
@@ -80,8 +99,10 @@ def main(argv: Optional[List[str]] = None) -> int:
               "actor.lr=1e-5", "actor.ppo_mini_batch_size=8", "actor.micro_batch_size_per_worker=64",
               f"data.val_batch_size={args.val_size}", "reward.workers=2", "algorithm.use_kl_loss=false",
               *args.overrides]
-    results = {}
+    results = {name: read_saved(name, args, [*common, *VARIANTS[name]]) for name in args.saved}
     for name in args.variants:
+        if name in results:
+            continue
         out = RESULTS / "learning_parity" / f"{name}.json"
         cli = ["--algorithm", "grpo", "--seeds", *map(str, args.seeds), "--steps", str(args.steps),
                "--val-every", str(args.val_every), "--val-size", str(args.val_size),
@@ -95,7 +116,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     base = results.get("colocated")
     report = {"benchmark": "learning_parity", "task": "arith", "algorithm": "grpo", "seeds": args.seeds,
               "steps": args.steps, "val_size": args.val_size, "common_overrides": common,
-              "variants": {n: VARIANTS[n] for n in args.variants},
+              "variants": {n: VARIANTS[n] for n in results}, "read_from_earlier_runs": args.saved,
               "machine": learning_curve.machine(),
               "train_seconds": {n: [r["train_seconds"] for r in res["runs"]] for n, res in results.items()},
               "comparisons": {}}
