@@ -134,9 +134,12 @@ def main() -> None:
     parser.add_argument("--docker-cpu-shares", type=int, default=0,
                         help="cgroup v1: set the /docker cgroup's cpu.shares to this during the run (then restore); "
                              "1024 makes all containers together weigh as much as one host process")
-    parser.add_argument("--data-dir", default=os.environ.get("REASONRL_DATA_DIR", "/work/shared/data"))
+    parser.add_argument("--data-dir", default=os.environ.get("REASONRL_DATA_DIR"),
+                        help="folder with mbpp_sanitized.jsonl (default: $REASONRL_DATA_DIR)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "sandbox.json"))
     args = parser.parse_args()
+    if "mbpp" in args.workloads and not args.data_dir:
+        parser.error("the mbpp workload reads mbpp_sanitized.jsonl: give --data-dir or set REASONRL_DATA_DIR")
 
     report = {
         "benchmark": "code verifier programs/s per sandbox backend and workload (see benchmarks/sandbox.py)",

@@ -10,7 +10,7 @@ from reasonrl.eval.cli import map_rollout_overrides
 
 
 def _eval(tmp_path, *args):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", REASONRL_DATA_DIR="/work/shared/data")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", f"eval.output_dir={tmp_path}", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 

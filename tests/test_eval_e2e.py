@@ -21,7 +21,7 @@ LIMIT, N = 3, 2
 
 def _env():
     # One torch thread per process: the CI machine has 2 shared cores, where more threads only contend.
-    return dict(os.environ, HF_HUB_OFFLINE="1", REASONRL_DATA_DIR="/work/shared/data", TOKENIZERS_PARALLELISM="false",
+    return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 OMP_NUM_THREADS="1")
 
 

@@ -90,12 +90,12 @@ def test_checkpoint_and_run_directories_resolve_to_their_hf_export(tmp_path):
         resolve_eval_model(str(tmp_path / "empty"))
 
 
-def test_command_reports_bad_input_clearly(tmp_path, monkeypatch, capsys):
+def test_command_reports_bad_input_clearly(tmp_path, monkeypatch, capsys, data_dir):
     """Bad input ends with exit status 2 and one line naming the problem, before any model is loaded."""
     from reasonrl.eval import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("REASONRL_DATA_DIR", "/work/shared/data")
+    monkeypatch.setenv("REASONRL_DATA_DIR", str(data_dir))
     out = f"eval.output_dir={tmp_path}"
     assert main(["task=gsm8k", f"model.path={tmp_path}/missing-model", out]) == 2
     err = capsys.readouterr().err

@@ -20,7 +20,6 @@ from reasonrl.verifiers.lean_checks import (assemble, disallowed_axioms, extract
 from reasonrl.verifiers.lean_repl import close_all_pools
 
 STANDIN = str(Path(__file__).with_name("lean_repl_standin.py"))
-DATA_DIR = Path(os.environ.get("REASONRL_DATA_DIR", "/work/shared/data"))
 HEADER = "import Mathlib\n\nset_option maxHeartbeats 0\n\nopen BigOperators Real Nat Topology Rat\n\n"
 STATEMENT = "theorem swap_eq (a b : ℕ) (h₀ : a = b) :\n  b = a := by"
 
@@ -105,16 +104,14 @@ def test_statement_helpers():
                                                                                  "theorem t : True := by")
 
 
-def _minif2f_rows():
+def _minif2f_rows(data_dir: Path):
     from reasonrl.datasets.minif2f import build_rows
 
-    if not (DATA_DIR / "minif2f_lean4_test.jsonl").exists():
-        pytest.skip(f"miniF2F data not found in {DATA_DIR}")
-    return build_rows("valid", DATA_DIR) + build_rows("test", DATA_DIR)
+    return build_rows("valid", data_dir) + build_rows("test", data_dir)
 
 
-def test_every_minif2f_statement_restated_with_other_line_breaks_is_recognised():
-    rows = _minif2f_rows()
+def test_every_minif2f_statement_restated_with_other_line_breaks_is_recognised(data_dir):
+    rows = _minif2f_rows(data_dir)
     assert len(rows) == 488  # 244 valid + 244 test (shared/data/README.md)
     for row in rows:
         statement = row["reward_model"]["ground_truth"]
@@ -339,13 +336,11 @@ def test_runs_in_a_spawned_worker_process_like_the_verifier_pool():
 # ----------------------------------------------------------------------------------------------------
 # miniF2F recipe
 # ----------------------------------------------------------------------------------------------------
-def test_minif2f_rows_follow_the_schema():
+def test_minif2f_rows_follow_the_schema(data_dir):
     from reasonrl.datasets.common import check_row
     from reasonrl.datasets.minif2f import build_rows
 
-    if not (DATA_DIR / "minif2f_lean4_valid.jsonl").exists():
-        pytest.skip(f"miniF2F data not found in {DATA_DIR}")
-    rows = build_rows("valid", DATA_DIR)
+    rows = build_rows("valid", data_dir)
     assert len(rows) == 244
     row = rows[0]
     check_row(row, "row 0")
@@ -353,7 +348,7 @@ def test_minif2f_rows_follow_the_schema():
     assert row["reward_model"]["ground_truth"].startswith("theorem aimeII_2001_p3")
     assert row["extra_info"] == {"split": "valid", "index": 0, "name": "aimeII_2001_p3", "header": HEADER}
     assert row["reward_model"]["ground_truth"] in row["prompt"][0]["content"]
-    assert build_rows("val", DATA_DIR)[5] == rows[5]  # "val" is an alias of "valid"
+    assert build_rows("val", data_dir)[5] == rows[5]  # "val" is an alias of "valid"
 
 
 def test_minif2f_missing_inputs_raise_clear_errors(tmp_path):

@@ -142,12 +142,11 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
     assert rows[1]["rollout/logprob_diff_mean"] < 5e-3
 
 
-def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, model_path):
+def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, model_path, data_dir):
     """A file that mixes GSM8K and MBPP rows under task=gsm8k: no preset forces a verifier, so each row's own
     ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample)."""
     from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
 
-    data_dir = Path(os.environ.get("REASONRL_DATA_DIR", "../shared/data"))
     math_rows = read_rows(task_files("gsm8k", "train")[0])[:2]
     code_rows = read_rows(str(prepare("mbpp", "train", data_dir, tmp_path / "prepared")))[:2]
     for row in code_rows:  # one parquet column has one type: the code tests go in as their JSON text
