@@ -167,11 +167,22 @@ def test_bad_file_paths_are_refused(box):
             box.run({path: "print(1)"}, ["python3", "-c", "print(1)"])
 
 
-def test_concurrent_runs_use_separate_uids(box):
+def test_concurrent_runs_use_separate_uids(box, monkeypatch):
+    # Four runs hold their uid slots at the same time: each waits, slot in hand, until all four have one (the order
+    # is made explicit here, not left to how fast the threads happen to start).
+    all_hold_a_slot = threading.Barrier(4, timeout=300)
+    acquire = box.slots.acquire
+
+    def acquire_then_wait_for_the_others():
+        slot = acquire()
+        all_hold_a_slot.wait()
+        return slot
+
+    monkeypatch.setattr(box.slots, "acquire", acquire_then_wait_for_the_others)
     results = []
 
     def work():
-        results.append(run_py(box, "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"))
+        results.append(run_py(box, "import os\nprint(os.getuid())"))
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
