@@ -3,7 +3,8 @@
 ``REASONRL_FAULT_AT`` holds comma-separated ``point[#count]=action`` entries; when the process reaches ``point`` for
 the ``count``-th time (default 1), the action runs:
 
-- ``sigint``: the process sends itself SIGINT (as Ctrl-C would);
+- ``sigint``: SIGINT (as Ctrl-C would), raised in the calling thread so that its Python handler has run when the
+  fault point returns (``os.kill`` of the process may deliver it to another thread, and the handler later);
 - ``sigkill``: SIGKILL to the process's group when it leads one (so Ray's processes die with it, as ``kill -9`` of
   a terminal's job does), else to the process itself;
 - ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``).
@@ -67,7 +68,7 @@ def fault_point(point: str) -> None:
 
 def run_action(action: str) -> None:
     if action == "sigint":
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
     elif action == "sigkill":
         if os.getpgrp() == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)

@@ -73,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from reasonrl.datasets import DataError
     from reasonrl.models.loader import ModelNotFoundError
     from reasonrl.trainer.checkpoint import CheckpointError
-    from reasonrl.trainer.interrupt import EXIT_INTERRUPTED
+    from reasonrl.interrupt import EXIT_INTERRUPTED
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
 
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker

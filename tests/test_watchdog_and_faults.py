@@ -41,15 +41,33 @@ def test_first_ctrl_c_asks_to_stop_the_second_aborts_and_handlers_are_restored()
     import os
     import signal
 
-    from reasonrl.trainer.interrupt import stop_at_step_boundary
+    from reasonrl.interrupt import stop_at_boundary
 
     before = signal.getsignal(signal.SIGINT)
-    with stop_at_step_boundary() as stop:
+    with stop_at_boundary("finishing the step in flight") as stop:
         os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: the loop would finish its step
         assert stop.requested and stop.signal_name == "SIGINT"
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # the handler runs when the call returns
     assert signal.getsignal(signal.SIGINT) is before
-    with stop_at_step_boundary() as stop:
+    with stop_at_boundary("finishing the step in flight") as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.requested and stop.signal_name == "SIGTERM"
+
+
+def test_a_sigint_fault_point_has_asked_to_stop_when_it_returns(monkeypatch, capsys):
+    """The loop checks the stop request right after the fault point: the request must be there by then (eval's
+    interrupt test once finished the whole run because the signal reached the handler too late)."""
+    from reasonrl import fault_points
+    from reasonrl.interrupt import stop_at_boundary
+
+    monkeypatch.setenv(fault_points.ENV, "test.point#2=sigint")
+    monkeypatch.setattr(fault_points, "_hits", fault_points.Counter())
+    with stop_at_boundary("finishing the batch in flight") as stop:
+        fault_points.fault_point("test.point")
+        assert not stop.requested  # the first arrival plans nothing
+        fault_points.fault_point("test.point")
+        assert stop.requested and stop.signal_name == "SIGINT"
+    captured = capsys.readouterr()
+    assert "fault point test.point#2: sigint" in captured.out
+    assert "SIGINT: finishing the batch in flight" in captured.err

@@ -19,6 +19,7 @@ from reasonrl.config.schema import Config
 
 from .metrics import BREAKDOWN_KEYS, ProblemOutcome, majority_vote, pass_at_k, summarize
 from reasonrl.fault_points import fault_point
+from reasonrl.interrupt import stop_at_boundary
 
 from .store import SampleStore
 
@@ -180,54 +181,59 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens,
                               logprobs=False)
     engine = pool = bar = tools = None
-    try:
-        device = _device(cfg)
-        engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
-                                     device, cfg.data.max_prompt_length + e.max_new_tokens)
-        generator = engine
-        if cfg.tool.enabled:  # multi-turn: the model's tool calls run in the sandbox (docs/tools.md)
-            from reasonrl.rollout.multiturn import ToolRollout
+    with stop_at_boundary("finishing the batch in flight and saving its samples, then stopping") as stop:
+        try:
+            device = _device(cfg)
+            engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
+                                         device, cfg.data.max_prompt_length + e.max_new_tokens)
+            generator = engine
+            if cfg.tool.enabled:  # multi-turn: the model's tool calls run in the sandbox (docs/tools.md)
+                from reasonrl.rollout.multiturn import ToolRollout
 
-            generator = tools = ToolRollout.from_config(engine, tokenizer, cfg)
-        pool = make_pool(cfg.reward)
-        bar = tqdm(total=len(dataset), initial=len(done), unit="problem", desc="eval", dynamic_ncols=True)
-        for start in range(0, len(todo), e.batch_size):
-            batch = todo[start:start + e.batch_size]
-            bar.set_description("sampling")
-            sampling.seed = cfg.trainer.seed + batch[0]
-            t0 = time.time()
-            outputs = generator.generate([dataset[i].token_ids for i in batch], sampling)
-            timing["generate_s"] += time.time() - t0
-            bar.set_description("verifying")
-            items = [verify_item(dataset[i].row, c.text, cfg.reward) for i, comps in zip(batch, outputs) for c in comps]
-            t0 = time.time()
-            results = pool.verify_batch(items)
-            timing["verify_s"] += time.time() - t0
-            records = [problem_record(i, dataset[i].token_ids, dataset[i].row, comps, results[j * e.n:(j + 1) * e.n])
-                       for j, (i, comps) in enumerate(zip(batch, outputs))]
-            store.append(records)
-            done.update((r["problem"], r) for r in records)
-            fault_point("eval.batch_stored")  # test hook (REASONRL_FAULT_AT): interrupt after an exact batch
-            bar.update(len(batch))
-            correct = sum(sum(r["correct"]) for r in done.values())
-            bar.set_postfix(acc=f"{correct / (len(done) * e.n):.3f}")
-        bar.set_description("done")
-    except BaseException:
-        if bar is not None:
-            bar.close()
-            bar = None
-        echo(f"stopped: {len(done)} of {len(dataset)} problems are verified and saved in {store.samples_path}; "
-             f"run the same command again to resume")
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        if tools is not None:  # the tool loop's sandbox sessions first, then the verifier pool and the engine
-            tools.close()
-        if pool is not None:
-            pool.close()
-        if engine is not None:
-            engine.shutdown()
+                generator = tools = ToolRollout.from_config(engine, tokenizer, cfg)
+            pool = make_pool(cfg.reward)
+            bar = tqdm(total=len(dataset), initial=len(done), unit="problem", desc="eval", dynamic_ncols=True)
+            for start in range(0, len(todo), e.batch_size):
+                batch = todo[start:start + e.batch_size]
+                bar.set_description("sampling")
+                sampling.seed = cfg.trainer.seed + batch[0]
+                t0 = time.time()
+                outputs = generator.generate([dataset[i].token_ids for i in batch], sampling)
+                timing["generate_s"] += time.time() - t0
+                bar.set_description("verifying")
+                items = [verify_item(dataset[i].row, c.text, cfg.reward)
+                         for i, comps in zip(batch, outputs) for c in comps]
+                t0 = time.time()
+                results = pool.verify_batch(items)
+                timing["verify_s"] += time.time() - t0
+                records = [problem_record(i, dataset[i].token_ids, dataset[i].row, comps,
+                                          results[j * e.n:(j + 1) * e.n])
+                           for j, (i, comps) in enumerate(zip(batch, outputs))]
+                store.append(records)
+                done.update((r["problem"], r) for r in records)
+                fault_point("eval.batch_stored")  # test hook (REASONRL_FAULT_AT): interrupt after an exact batch
+                bar.update(len(batch))
+                correct = sum(sum(r["correct"]) for r in done.values())
+                bar.set_postfix(acc=f"{correct / (len(done) * e.n):.3f}")
+                if stop.requested:
+                    raise KeyboardInterrupt  # at the boundary: every verified batch is on disk
+            bar.set_description("done")
+        except BaseException:
+            if bar is not None:
+                bar.close()
+                bar = None
+            echo(f"stopped: {len(done)} of {len(dataset)} problems are verified and saved in {store.samples_path}; "
+                 f"run the same command again to resume")
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            if tools is not None:  # the tool loop's sandbox sessions first, then the verifier pool and the engine
+                tools.close()
+            if pool is not None:
+                pool.close()
+            if engine is not None:
+                engine.shutdown()
 
 
 def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]:

@@ -26,12 +26,12 @@ from reasonrl.data import Batch, EpochSampler, PromptDataset
 from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
+from reasonrl.interrupt import stop_at_boundary
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import make_pool, verifier_for, verify_item
 
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
-from .interrupt import stop_at_step_boundary
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
 from .passes import passes_needed
 from .watchdog import PhaseWatchdog
@@ -197,7 +197,7 @@ class Trainer:
                 if group is not None:
                     group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
                                           str(self.run_dir / "stacks"))
-        with stop_at_step_boundary() as stop:
+        with stop_at_boundary("finishing the step in flight, then saving a checkpoint and stopping") as stop:
             if t.val_before_train and self.step == 0:
                 self.logger.log(self.validate(), 0)
             bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
