@@ -31,4 +31,4 @@ def make_pool(reward: RewardConfig):
     from reasonrl.verifiers import VerifierPool
 
     return VerifierPool(workers=reward.workers, timeout_s=reward.timeout_s,
-                        verifier_options=dict(reward.verifier_options) or None)
+                        verifier_options=dict(reward.verifier_options) or None, score_range=reward.score_range)

@@ -74,6 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from reasonrl.models.loader import ModelNotFoundError
     from reasonrl.trainer.checkpoint import CheckpointError
     from reasonrl.interrupt import EXIT_INTERRUPTED
+    from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
 
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -97,6 +98,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         trainer.fit()
     except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
         return EXIT_HUNG
+    except RunHaltedError as exc:  # no verdicts, or nothing trained: stop loudly (the last checkpoint stays)
+        print(f"reasonrl: stopped: {exc}", file=sys.stderr)
+        return EXIT_HALTED
     except KeyboardInterrupt:  # a second Ctrl-C: the step in flight is dropped
         print(f"reasonrl: aborted without saving; the last complete checkpoint is the resume point "
               f"({trainer.run_dir / 'checkpoints'})", file=sys.stderr)

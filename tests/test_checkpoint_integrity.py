@@ -22,25 +22,43 @@ def _save(run: Path, step: int) -> Path:
 def test_manifest_lists_every_file_with_size_and_checksum(tmp_path):
     ckpt = _save(tmp_path, 1)
     manifest = json.loads((ckpt / "manifest.json").read_text())
-    assert set(manifest) == {"hf/model.safetensors", "actor_optim.pt", "controller_rng.pt", "config.yaml"}
+    assert set(manifest) == {"hf/model.safetensors", "actor_optim.pt", "controller_rng.pt", "config.yaml",
+                             "trainer_state.json"}
+    assert manifest["trainer_state.json"]["bytes"] == (ckpt / "trainer_state.json").stat().st_size
     assert manifest["hf/model.safetensors"]["bytes"] == 256 * 41
     verify_checkpoint(ckpt)  # intact: no error
 
 
-@pytest.mark.parametrize("damage", ["truncate_weights", "truncate_optimizer", "flip_byte", "delete"])
-def test_damaged_file_is_named_and_resume_falls_back(tmp_path, damage, capsys):
-    _save(tmp_path, 1)
-    newest = _save(tmp_path, 2)
+DAMAGES = ["truncate_weights", "truncate_optimizer", "flip_byte", "delete", "state_not_json", "state_same_size"]
+
+
+def _damage(ckpt: Path, damage: str) -> str:
+    """Damage one file of ``ckpt`` as ``damage`` says; returns the file's path inside the checkpoint."""
     target = {"truncate_weights": "hf/model.safetensors", "truncate_optimizer": "actor_optim.pt",
-              "flip_byte": "hf/model.safetensors", "delete": "actor_optim.pt"}[damage]
-    path = newest / target
+              "flip_byte": "hf/model.safetensors", "delete": "actor_optim.pt",
+              "state_not_json": "trainer_state.json", "state_same_size": "trainer_state.json"}[damage]
+    path = ckpt / target
     data = path.read_bytes()
     if damage.startswith("truncate"):
         path.write_bytes(data[: len(data) // 2])
     elif damage == "flip_byte":  # same size, different content: only the checksum sees it
         path.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    elif damage == "state_not_json":  # a torn or overwritten trainer state: named, not a JSON traceback
+        path.write_bytes(b"\x00" * len(data))
+    elif damage == "state_same_size":  # still valid JSON of the same size, another data position
+        changed = data.replace(b'"offset": 2', b'"offset": 7')
+        assert changed != data and len(changed) == len(data)
+        path.write_bytes(changed)
     else:
         path.unlink()
+    return target
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_file_is_named_and_resume_falls_back(tmp_path, damage, capsys):
+    _save(tmp_path, 1)
+    newest = _save(tmp_path, 2)
+    target = _damage(newest, damage)
     with pytest.raises(CheckpointError, match=target.replace("/", ".")):
         verify_checkpoint(newest)
     chosen = usable_checkpoint(str(tmp_path))
@@ -49,10 +67,37 @@ def test_damaged_file_is_named_and_resume_falls_back(tmp_path, damage, capsys):
     assert target in out and "step_000001" in out  # the warning names the file and the fallback
 
 
-def test_no_usable_checkpoint_when_the_only_one_is_damaged(tmp_path):
-    ckpt = _save(tmp_path, 1)
-    (ckpt / "actor_optim.pt").write_bytes(b"")
-    assert usable_checkpoint(str(tmp_path)) is None
+def test_every_checkpoint_damaged_is_refused_naming_each_file(tmp_path):
+    assert usable_checkpoint(str(tmp_path)) is None  # a run without checkpoints starts from the initial model
+    ckpt1, ckpt2 = _save(tmp_path, 1), _save(tmp_path, 2)
+    (ckpt1 / "actor_optim.pt").write_bytes(b"")
+    _damage(ckpt2, "state_not_json")
+    with pytest.raises(CheckpointError) as err:
+        usable_checkpoint(str(tmp_path))
+    message = str(err.value)
+    assert str(ckpt1 / "actor_optim.pt") in message and str(ckpt2 / "trainer_state.json") in message
+    assert "trainer.resume=never" in message and "trainer.output_dir" in message
+
+
+def test_train_refuses_a_run_whose_checkpoints_are_all_damaged_and_writes_nothing(tmp_path, capsys):
+    """The real command on a run directory whose only checkpoints are truncated: exit 2 with one line naming the
+    damaged files and the choices, before Ray starts; every file of the run directory is left as it was."""
+    from reasonrl.train import main
+
+    run = tmp_path / "run"
+    for step in (1, 2):
+        _damage(_save(run, step), "truncate_weights")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+    status = main(["rollout.engine=hf", "trainer.logger=[jsonl]", f"trainer.output_dir={run}"])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("reasonrl:")]
+    assert status == 2
+    assert len(err) == 1 and "every checkpoint" in err[0] and "step_000002" in err[0], err
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+    assert after == before
+    import ray
+
+    assert not ray.is_initialized()
 
 
 def test_metrics_rows_after_the_resumed_step_are_dropped_in_place(tmp_path):

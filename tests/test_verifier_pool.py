@@ -37,6 +37,16 @@ PLUGIN_SOURCE = textwrap.dedent('''
                 return VerifyResult(1.0, True, {"pid": os.getpid(), "reason": "pid"})
             if response == "extra":
                 return VerifyResult(1.0, True, {"reason": "extra", "extra": extra, **self.options})
+            if response in ("nan", "inf", "-inf"):
+                return VerifyResult(float(response), True, {"reason": "not a number"})
+            if response == "big":
+                return VerifyResult(7.5, True, {"reason": "out of range"})
+            if response == "text_score":
+                return VerifyResult("high", True, {})
+            if response == "nonresult":
+                return {"score": 1.0, "correct": True}
+            if response == "no_backend":
+                return VerifyResult.failure("sandbox error: the backend did not start")
             ok = response == ground_truth
             return VerifyResult(float(ok), ok, {"reason": "echo", "extracted": response})
 ''')
@@ -81,8 +91,10 @@ def test_hang_and_pathological_math_cost_only_their_timeout(pool):
     results = pool.verify_batch(items)
     assert [r.score for r in results] == [1.0, 0.0, 0.0, 0.0, 1.0]
     for r in (results[1], results[3]):
-        assert r.info["timed_out"] is True and not r.correct
+        assert r.info["timed_out"] is True and not r.correct and r.failed  # no verdict, not a wrong answer
         assert "timeout" in r.info["reason"]
+    assert "'unruly'" in results[1].info["reason"] and "'math'" in results[3].info["reason"]
+    assert not any(r.failed for r in (results[0], results[2], results[4]))
     assert results[2].info["reason"] == "echo"  # queued behind the hang on the same worker: requeued, verified
     stats = pool.pop_stats()
     # 5 calls, 2 timeouts, no errors; the slowest call is a timeout (>= 2 s), the median a fast one.
@@ -100,6 +112,7 @@ def test_dead_workers_cost_only_their_call_and_are_replaced(pool):
     assert results[0].info["worker_died"] and results[0].info["exit_code"] == 3
     assert results[2].info["worker_died"] and results[2].info["exit_code"] == -11  # SIGSEGV
     assert "raised ValueError: bad input" in results[3].info["reason"]
+    assert [r.failed for r in results] == [True, False, True, True, False, False]
     assert pool.pop_stats()["verify/errors"] == 3  # two deaths + one exception
     # The replacements serve the next batch.
     after = pool.verify_batch([("unruly", "pid", "")] * 16)
@@ -148,3 +161,27 @@ def test_workers_that_cannot_start_raise_instead_of_hanging(tmp_path, monkeypatc
         pool.verify_batch([("math", "\\boxed{1}", "1")])
     with pytest.raises(RuntimeError, match="closed"):
         pool.verify_batch([("math", "\\boxed{1}", "1")])
+
+
+def test_results_that_are_no_verdict_are_failures_naming_the_verifier(pool):
+    """A non-finite or out-of-range score, a score that is not a number, a return value that is not a VerifyResult,
+    and a verifier's own failure: each comes back failed (score 0, not correct) with a reason naming the verifier,
+    never as the score the plugin sent; a plain verdict in the same batch is untouched."""
+    responses = ["nan", "inf", "-inf", "big", "text_score", "nonresult", "no_backend", "ok"]
+    results = pool.verify_batch([("unruly", r, "ok") for r in responses])
+    assert [r.failed for r in results] == [True] * 7 + [False]
+    assert [r.score for r in results] == [0.0] * 7 + [1.0] and [r.correct for r in results] == [False] * 7 + [True]
+    reasons = [r.info["reason"] for r in results]
+    assert all(reason.startswith("verifier 'unruly'") for reason in reasons[:6]), reasons
+    assert "non-finite score nan" in reasons[0] and "non-finite score inf" in reasons[1]
+    assert "7.5, outside reward.score_range [0, 1]" in reasons[3]
+    assert "not a number" in reasons[4] and "returned dict, not VerifyResult" in reasons[5]
+    assert reasons[6] == "sandbox error: the backend did not start"
+
+
+def test_score_range_is_the_pools_setting(unruly_plugin):
+    with VerifierPool(workers=1, timeout_s=5.0, score_range=(-10.0, 10.0)) as wide:
+        result = wide.verify_batch([("unruly", "big", "ok")])[0]
+    assert not result.failed and result.score == 7.5
+    with pytest.raises(ValueError, match="score_range"):
+        VerifierPool(workers=1, score_range=(1.0, 0.0))

@@ -6,9 +6,10 @@ A verifier never raises for a bad response; it returns ``VerifyResult.incorrect(
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Dict, Type
+from typing import Any, Callable, Dict, Optional, Sequence, Type
 
 ENTRY_POINT_GROUP = "reasonrl.verifiers"
 
@@ -24,13 +25,41 @@ class VerifyResult:
     info: Dict[str, Any] = field(default_factory=dict)
     """Details: ``reason`` (why it scored as it did), ``extracted`` (the answer read from the response),
     ``error``, ``timed_out``, timing. Values must be picklable and JSON-friendly."""
+    failed: bool = False
+    """No verdict was reached: the call timed out, its worker died, the verifier raised or returned something that
+    is not a finite score inside ``reward.score_range``, or the verifier's own backend failed (a sandbox that could
+    not start). A failed sample is not a wrong answer: training leaves it out of its group's advantage and the loss
+    and counts it (``reward/failed*``); evaluation counts it apart."""
 
     @classmethod
     def incorrect(cls, reason: str, **info: Any) -> "VerifyResult":
+        """A verdict: the response is wrong (score 0) for ``reason``."""
         return cls(score=0.0, correct=False, info={"reason": reason, **info})
+
+    @classmethod
+    def failure(cls, reason: str, **info: Any) -> "VerifyResult":
+        """No verdict (see ``failed``): the reason names what went wrong, never the response's fault."""
+        return cls(score=0.0, correct=False, info={"reason": reason, **info}, failed=True)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def verdict_problem(result: Any, score_range: Sequence[float] = (0.0, 1.0)) -> Optional[str]:
+    """Why ``result`` is not a usable verdict (a ``VerifyResult`` whose score is a finite number inside
+    ``score_range``, bounds included), or None when it is one."""
+    if not isinstance(result, VerifyResult):
+        return f"returned {type(result).__name__}, not VerifyResult"
+    try:
+        score = float(result.score)
+    except (TypeError, ValueError):
+        return f"returned the score {result.score!r:.60}, not a number"
+    if not math.isfinite(score):
+        return f"returned the non-finite score {score}"
+    low, high = score_range
+    if not low <= score <= high:
+        return f"returned the score {score:g}, outside reward.score_range [{low:g}, {high:g}]"
+    return None
 
 
 class Verifier:

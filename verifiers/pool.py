@@ -45,7 +45,8 @@ _START_TIMEOUT_S = 120.0
 class _Worker:
     """One worker process, its two pipe ends, and the calls it holds (in the order it runs them)."""
 
-    def __init__(self, verifier_options: Dict[str, Dict[str, Any]]) -> None:
+    def __init__(self, settings: Dict[str, Any]) -> None:
+        """``settings``: the first message the worker reads (its verifier options and score range)."""
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         env = dict(os.environ)
@@ -61,7 +62,7 @@ class _Worker:
         self.started_at = time.monotonic()
         self.outstanding: Deque[int] = deque()
         self.head_started = 0.0
-        self.outbox.send({"verifier_options": verifier_options})
+        self.outbox.send(settings)
 
     def send_chunk(self, chunk: list, task_ids: List[int]) -> None:
         self.outbox.send(chunk)
@@ -163,21 +164,29 @@ class VerifierPool:
     Args:
         workers: number of worker processes; 0 means ``os.cpu_count()``.
         timeout_s: wall-clock limit of one verify call; past it the worker is killed and replaced and the
-            call scores 0 with ``info["timed_out"] = True``.
+            call fails (``VerifyResult.failed``, ``info["timed_out"] = True``).
         verifier_options: per verifier name, the keyword options its constructor gets
             (``{"math": {"float_rounding": 6}}``).
+        score_range: (low, high): a verdict whose score is not a finite number in this range (bounds included) is a
+            failure naming the verifier, as are calls that time out, crash their worker, raise, or return something
+            that is not a ``VerifyResult``.
 
     Thread-safe: ``submit``, ``verify_batch``, ``Submission.result`` and ``pop_stats`` may be called from any thread.
     """
 
     def __init__(self, workers: int = 0, timeout_s: float = 10.0,
-                 verifier_options: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
+                 verifier_options: Optional[Dict[str, Dict[str, Any]]] = None,
+                 score_range: Sequence[float] = (0.0, 1.0)) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        low, high = (float(x) for x in score_range)
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"score_range must be two finite numbers, low < high; got {list(score_range)}")
+        self.score_range = (low, high)
         self.num_workers = int(workers) if workers and workers > 0 else (os.cpu_count() or 1)
         self.timeout_s = float(timeout_s)
         self.verifier_options = _check_options(verifier_options)
-        self._workers: List[_Worker] = [_Worker(self.verifier_options) for _ in range(self.num_workers)]
+        self._workers: List[_Worker] = [self._new_worker() for _ in range(self.num_workers)]
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
         self._start_failures = 0
         self._state = threading.Condition()
@@ -361,16 +370,16 @@ class VerifierPool:
                     worker.ready = True
                     self._start_failures = 0
                     continue
-                task_id, score, correct, info, latency, is_error = message
+                task_id, score, correct, info, latency, failed = message
                 if worker.outstanding and worker.outstanding[0] == task_id:
                     worker.outstanding.popleft()
                 elif task_id in worker.outstanding:
                     worker.outstanding.remove(task_id)
                 else:
                     continue
-                self._results[task_id] = VerifyResult(score=score, correct=correct, info=info)
+                self._results[task_id] = VerifyResult(score=score, correct=correct, info=info, failed=failed)
                 self._stats["latencies"].append(latency)
-                self._stats["errors"] += int(is_error)
+                self._stats["errors"] += int(failed)
                 worker.head_started = time.monotonic()
         except (EOFError, OSError):  # the process died: its running call pays, the rest are requeued
             if not worker.ready:
@@ -386,20 +395,20 @@ class VerifierPool:
                                "see their stderr above")
 
     def _fail_head(self, worker: _Worker, timed_out: bool) -> None:
-        """Kill and replace ``worker``; its running call scores 0, its queued calls go back to pending."""
+        """Kill and replace ``worker``; its running call fails (no verdict), its queued calls go back to pending."""
         worker.kill()
         if worker.outstanding:
             head = worker.outstanding.popleft()
             elapsed = time.monotonic() - worker.head_started
             if timed_out:
-                self._results[head] = VerifyResult.incorrect(
-                    f"timeout: verify call exceeded {self.timeout_s:g}s (worker killed)", timed_out=True,
+                self._results[head] = VerifyResult.failure(
+                    f"timeout: verifier {self._calls[head][0]!r} exceeded {self.timeout_s:g}s (worker killed)", timed_out=True,
                     elapsed_s=round(elapsed, 3))
                 self._stats["timeouts"] += 1
             else:
                 code = worker.proc.returncode
-                self._results[head] = VerifyResult.incorrect(
-                    f"verifier worker died (exit code {code}) while running this call", worker_died=True,
+                self._results[head] = VerifyResult.failure(
+                    f"verifier {self._calls[head][0]!r}: its worker died (exit code {code}) while running this call", worker_died=True,
                     exit_code=code, timed_out=False)
                 self._stats["errors"] += 1
             self._stats["latencies"].append(elapsed)
@@ -410,4 +419,7 @@ class VerifierPool:
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
         index = self._workers.index(worker)
-        self._workers[index] = _Worker(self.verifier_options)
+        self._workers[index] = self._new_worker()
+
+    def _new_worker(self) -> _Worker:
+        return _Worker({"verifier_options": self.verifier_options, "score_range": self.score_range})

@@ -149,6 +149,10 @@ def validate(cfg: Config) -> None:
              "async is not supported with the PPO critic (adv_estimator=gae) yet")
         need(not cfg.algorithm.dynamic_sampling, "trainer.mode",
              "async is not supported with DAPO dynamic sampling yet")
+    need(len(cfg.actor.betas) == 2, "actor.betas", f"must be two numbers [beta1, beta2], got {cfg.actor.betas}")
+    low_high = cfg.reward.score_range
+    need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],
+         "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

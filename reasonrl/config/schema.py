@@ -232,7 +232,13 @@ class RewardConfig:
     workers: int = 0
     """Verifier pool processes (0: one per CPU core)."""
     timeout_s: float = 10.0
-    """Hard per-call timeout of a verification; the worker is killed and replaced, the call scores 0."""
+    """Hard per-call timeout of a verification; the worker is killed and replaced, the call fails (no verdict)."""
+    score_range: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    """[low, high]: a verifier score that is not a finite number in this range is a failure of that sample, named
+    with the verifier (as are timeouts, crashes and results that are not a VerifyResult)."""
+    max_failed_fraction: float = 0.5
+    """A step in which more than this share of the responses failed (no verdict) stops the run, naming the verifiers
+    and the reasons; failed responses are left out of their group's advantage and the loss, and counted."""
     verifier: Optional[str] = None
     """Force one verifier for every row (else the row's ``verifier`` column or the data_source mapping)."""
     verifier_options: Dict[str, Any] = field(default_factory=dict)
@@ -243,6 +249,9 @@ class RewardConfig:
 class TrainerConfig:
     total_steps: int = 100
     """Training steps (one rollout batch each)."""
+    max_skipped_steps: int = 3
+    """Steps in a row whose every optimizer step was skipped (non-finite gradient norm) before the run stops with a
+    message naming the cause (0: never stop)."""
     output_dir: str = "outputs/run"
     """Run directory: metrics.jsonl, checkpoints, samples."""
     resume: str = "auto"
@@ -390,7 +399,8 @@ FIELD_RANGES: Dict[str, str] = {
     "algorithm.lam": "[0, 1]", "algorithm.tis_cap": "(0, inf)", "algorithm.max_resample_rounds": "[0, inf)",
     "algorithm.overlong_buffer": "[0, inf)", "algorithm.overlong_penalty": "[0, inf)",
     "critic.lr": "[0, inf)", "critic.cliprange_value": "[0, inf)", "critic.warmup_steps": "[0, inf)",
-    "reward.workers": "[0, inf)", "reward.timeout_s": "(0, inf)",
+    "reward.workers": "[0, inf)", "reward.timeout_s": "(0, inf)", "reward.max_failed_fraction": "[0, 1]",
+    "trainer.max_skipped_steps": "[0, inf)",
     "trainer.total_steps": "[0, inf)", "trainer.save_every": "[0, inf)", "trainer.keep_checkpoints": "[0, inf)",
     "trainer.val_every": "[0, inf)", "trainer.num_workers": "[0, inf)", "trainer.seed": "[0, inf)",
     "trainer.log_samples_every": "[0, inf)", "trainer.watchdog_max_s": "[0, inf)",

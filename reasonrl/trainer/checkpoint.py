@@ -3,7 +3,8 @@
 Inside: ``hf/`` (safetensors export; AutoModelForCausalLM loads it; also the model state for resume),
 ``actor_optim.pt`` (optimizer + scheduler), ``rng_rank<r>.pt``, ``trainer_state.json`` (step, data position),
 ``controller_rng.pt``, ``config.yaml`` and ``manifest.json`` (the size and SHA-256 of every other file, written
-just before ``trainer_state.json``; resume checks it and falls back to an older checkpoint when a file is damaged).
+just before ``trainer_state.json``, whose bytes it lists too; resume checks it and falls back to an older checkpoint
+when a file is damaged, and refuses to start when every checkpoint of the run is damaged).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from reasonrl.fault_points import fault_point
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+TRAINER_STATE = "trainer_state.json"
 
 
 class CheckpointError(RuntimeError):
@@ -43,7 +45,7 @@ def list_checkpoints(output_dir: str) -> list:
     found = []
     for d in root.iterdir():
         m = STEP_DIR.match(d.name)
-        if m and (d / "trainer_state.json").exists():
+        if m and (d / TRAINER_STATE).exists():
             found.append((int(m.group(1)), d))
     return [d for _, d in sorted(found)]
 
@@ -61,9 +63,10 @@ def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], A
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, tmp / "controller_rng.pt")
     (tmp / "config.yaml").write_text(config_yaml)
     fault_point("checkpoint.written")
-    write_manifest(tmp)
-    with open(tmp / "trainer_state.json", "w") as f:  # written last: its presence marks a complete checkpoint
-        json.dump(trainer_state, f, indent=2)
+    state_bytes = json.dumps(trainer_state, indent=2).encode()
+    write_manifest(tmp, {TRAINER_STATE: state_bytes})
+    with open(tmp / TRAINER_STATE, "wb") as f:  # written last: its presence marks a complete checkpoint
+        f.write(state_bytes)
         f.flush()
         os.fsync(f.fileno())
     if final.exists():
@@ -84,11 +87,15 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(directory: Path) -> None:
-    """Record the size and SHA-256 of every file under ``directory`` (hashing reads each file once)."""
+def write_manifest(directory: Path, to_be_written: Optional[Dict[str, bytes]] = None) -> None:
+    """Record the size and SHA-256 of every file under ``directory`` (hashing reads each file once), and of the files
+    ``to_be_written`` (name -> the bytes that will be written after the manifest: ``trainer_state.json``)."""
+    to_be_written = to_be_written or {}
     files = sorted(p for p in Path(directory).rglob("*")
-                   if p.is_file() and p.name not in (MANIFEST, "trainer_state.json"))
+                   if p.is_file() and p.name != MANIFEST and str(p.relative_to(directory)) not in to_be_written)
     manifest = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
+    for name, data in to_be_written.items():
+        manifest[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     with open(Path(directory) / MANIFEST, "w") as f:
         json.dump(manifest, f, indent=1)
         f.flush()
@@ -96,11 +103,19 @@ def write_manifest(directory: Path) -> None:
 
 
 def verify_checkpoint(checkpoint: Path) -> None:
-    """Raise CheckpointError naming the first file that is missing, of the wrong size or of the wrong checksum.
-    A checkpoint written before manifests existed is accepted as it is."""
+    """Raise CheckpointError naming the first file that is missing, of the wrong size or of the wrong checksum, or a
+    ``trainer_state.json`` that does not hold a step and a data position. A checkpoint written before manifests
+    existed is accepted as it is (its trainer state is still read)."""
     checkpoint = Path(checkpoint)
-    if not (checkpoint / "trainer_state.json").exists():
-        raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no trainer_state.json)")
+    state_file = checkpoint / TRAINER_STATE
+    if not state_file.exists():
+        raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no {TRAINER_STATE})")
+    try:
+        state = json.loads(state_file.read_text())
+        if not (isinstance(state, dict) and isinstance(state.get("step"), int) and "sampler" in state):
+            raise ValueError("no integer 'step' and 'sampler'")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{state_file}: not a trainer state ({exc})"[:300]) from None
     manifest_file = checkpoint / MANIFEST
     if not manifest_file.exists():
         log.warning("%s has no %s (written by an older reasonrl): its files are not verified", checkpoint, MANIFEST)
@@ -121,20 +136,25 @@ def verify_checkpoint(checkpoint: Path) -> None:
 
 
 def usable_checkpoint(output_dir: str) -> Optional[Path]:
-    """The newest checkpoint whose files verify; each damaged newer one is skipped with a warning naming the file."""
-    skipped: List[str] = []
+    """The newest checkpoint whose files verify; each damaged newer one is skipped with a warning naming the file.
+    None when the run has no checkpoint. When it has checkpoints and none of them verifies, CheckpointError naming
+    each damaged file and the choices: the run directory is never written over silently."""
+    damaged: List[str] = []
     for ckpt in reversed(list_checkpoints(output_dir)):
         try:
             verify_checkpoint(ckpt)
         except CheckpointError as exc:
             print(f"reasonrl: warning: skipping damaged checkpoint: {exc}", flush=True)
-            skipped.append(str(ckpt))
+            damaged.append(str(exc))
             continue
-        if skipped:
+        if damaged:
             print(f"reasonrl: warning: resuming from the older checkpoint {ckpt}", flush=True)
         return ckpt
-    if skipped:
-        print("reasonrl: warning: no checkpoint verifies; starting from the initial model", flush=True)
+    if damaged:
+        raise CheckpointError(
+            f"every checkpoint in {checkpoint_root(output_dir)} is damaged ({'; '.join(damaged)}); nothing was "
+            f"written. Choose: trainer.resume=<a checkpoint directory> to try one, another trainer.output_dir to "
+            f"start fresh beside them, or trainer.resume=never to start over here (overwriting them)")
     return None
 
 
@@ -165,7 +185,7 @@ def drop_rows_after(metrics_file: Path, step: int) -> int:
 
 
 def read_trainer_state(checkpoint: Path) -> Dict[str, Any]:
-    with open(Path(checkpoint) / "trainer_state.json") as f:
+    with open(Path(checkpoint) / TRAINER_STATE) as f:
         state = json.load(f)
     rng_file = Path(checkpoint) / "controller_rng.pt"
     if rng_file.exists():

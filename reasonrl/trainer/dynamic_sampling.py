@@ -44,11 +44,16 @@ def usable_groups(kept: int, world_size: int, mini_batch_prompts: int) -> int:
 
 
 def informative_group_ids(results: List[Any], n: int) -> List[int]:
-    """Indices of the groups (consecutive runs of ``n`` responses) whose scores are not all equal."""
-    scores = torch.tensor([float(r.score) for r in results], dtype=torch.float32)
-    group_index = torch.arange(len(results) // n).repeat_interleave(n)
+    """Indices of the groups (consecutive runs of ``n`` responses) whose verdicts' scores are not all equal
+    (responses without a verdict, ``failed``, do not count: their score 0 is no outcome)."""
+    judged = [i for i, r in enumerate(results) if not getattr(r, "failed", False)]
+    if not judged:
+        return []
+    scores = torch.tensor([float(results[i].score) for i in judged], dtype=torch.float32)
+    group_index = torch.tensor([i // n for i in judged])
     keep = filter_groups(scores, group_index)
-    return [g for g in range(len(results) // n) if bool(keep[g * n])]
+    kept_groups = {int(g) for g, k in zip(group_index, keep) if bool(k)}
+    return [g for g in range(len(results) // n) if g in kept_groups]
 
 
 def select_groups(rnd: Round, groups: List[int], n: int) -> Round:

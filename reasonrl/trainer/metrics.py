@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -29,16 +29,22 @@ class PhaseTimer:
 
 
 def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: torch.Tensor,
-                    finish_reasons: List[str]) -> Dict[str, float]:
+                    finish_reasons: List[str], verdicts: Optional[torch.Tensor] = None) -> Dict[str, float]:
+    """Reward and accuracy over the responses with a verdict (``verdicts`` [B] bool; None: all), lengths over all.
+    With no verdict at all the reward keys are left out rather than reported as 0."""
     lengths = response_mask.sum(-1)
-    return {
-        "reward/mean": float(scores.mean()),
-        "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
-        "reward/accuracy": sum(bool(c) for c in correct) / max(1, len(correct)),
+    out = {
         "response_length/mean": float(lengths.mean()),
         "response_length/max": float(lengths.max()),
         "response_length/clip_ratio": sum(r == "length" for r in finish_reasons) / max(1, len(finish_reasons)),
     }
+    keep = [i for i in range(len(scores)) if verdicts is None or bool(verdicts[i])]
+    if keep:
+        judged = scores[keep]
+        out["reward/mean"] = float(judged.mean())
+        out["reward/std"] = float(judged.std()) if len(judged) > 1 else 0.0
+        out["reward/accuracy"] = sum(bool(correct[i]) for i in keep) / len(keep)
+    return out
 
 
 def per_verifier_metrics(verifiers: List[str], scores: List[float], correct: List[bool]) -> Dict[str, float]:

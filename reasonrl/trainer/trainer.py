@@ -32,6 +32,8 @@ from reasonrl.rewards import make_pool, verifier_for, verify_item
 
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
+from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
+                       verdict_mask, without_failed)
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
 from .passes import passes_needed
 from .watchdog import PhaseWatchdog
@@ -103,6 +105,7 @@ class Trainer:
             log.warning("offload (actor/ref/critic.offload_*) has no effect on a CPU worker: the models already live "
                         "in CPU memory")
         self.run_dir = Path(cfg.trainer.output_dir)
+        self.resume_from = self._choose_checkpoint()  # before anything is written or loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
@@ -115,6 +118,7 @@ class Trainer:
                                         cfg.data.shuffle)
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
+        self.skipped_steps = SkippedStepGuard(cfg.trainer.max_skipped_steps)
         from reasonrl.logging import make_logger  # before the workers: a bad logger fails before any model loads
 
         self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
@@ -149,18 +153,24 @@ class Trainer:
         self._resume()
 
     # ------------------------------------------------------------------ set-up
-    def _resume(self) -> None:
-        """Continue from the newest checkpoint whose files verify (``trainer.resume=auto``) or the one named; rows
-        of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step (logged by a run killed before its checkpoint
-        was complete) are dropped, so every step is logged once."""
+    def _choose_checkpoint(self) -> Optional[Path]:
+        """The checkpoint to resume from: the newest whose files verify (``trainer.resume=auto``; CheckpointError
+        when the run has checkpoints and none verifies), the one named (CheckpointError naming its damaged file), or
+        none (``never``, or no checkpoint yet)."""
         mode = self.cfg.trainer.resume
         if mode == "never":
-            return
+            return None
         if mode == "auto":
-            ckpt = usable_checkpoint(str(self.run_dir))
-        else:
-            ckpt = Path(mode)
-            verify_checkpoint(ckpt)  # CheckpointError naming the damaged file
+            return usable_checkpoint(str(self.run_dir))
+        verify_checkpoint(Path(mode))
+        return Path(mode)
+
+    def _resume(self) -> None:
+        """Continue from ``self.resume_from``; rows of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step
+        (logged by a run killed before its checkpoint was complete) are dropped, so every step is logged once."""
+        if self.cfg.trainer.resume == "never":
+            return
+        ckpt = self.resume_from
         if ckpt is not None:
             self.workers.load_checkpoint(str(ckpt))
             if self.critic is not None:
@@ -249,12 +259,19 @@ class Trainer:
             prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
             batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
                                     self.tokenizer.pad_token_id, gen["tool_mask"] if "tool_mask" in gen else None)
+            verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
+            check_failed_fraction(results, verifiers, cfg.reward.max_failed_fraction, self.step + 1)
+            verdicts = verdict_mask(results)  # failed responses: out of the advantages and the loss, counted
+            if not bool(verdicts.all()):
+                batch["loss_mask"] = without_failed(loss_mask(batch), verdicts)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
-                                      gen["finish_reason"])
+                                      gen["finish_reason"], verdicts)
             metrics.update(sampling_metrics)
-            verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
-            metrics.update(per_verifier_metrics(verifiers, [r.score for r in results], [r.correct for r in results]))
+            metrics.update(failure_metrics(results, verifiers))
+            judged = verdicts.nonzero().squeeze(-1).tolist()
+            metrics.update(per_verifier_metrics([verifiers[i] for i in judged], [results[i].score for i in judged],
+                                                [results[i].correct for i in judged]))
             if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
                 metrics.update(tool_metrics(gen))
             if alg.overlong_buffer > 0:
@@ -283,10 +300,10 @@ class Trainer:
                     token_rewards = kl_shaped_token_rewards(
                         scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator), mask, alg.kl_coef)
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
-                adv, returns = compute_advantages(alg.adv_estimator, scores=scores, mask=mask,
-                                                  group_index=group_index, token_rewards=token_rewards,
-                                                  gamma=alg.gamma, lam=alg.lam, norm_by_std=alg.norm_by_std,
-                                                  values=batch["values"] if self.critic is not None else None)
+                adv, returns = advantages_over_verdicts(
+                    lambda **kw: compute_advantages(alg.adv_estimator, **kw), verdicts, scores=scores, mask=mask,
+                    group_index=group_index, token_rewards=token_rewards, gamma=alg.gamma, lam=alg.lam,
+                    norm_by_std=alg.norm_by_std, values=batch["values"] if self.critic is not None else None)
                 batch["advantages"], batch["returns"] = adv, returns
             with timer("sleep"):
                 self.workers.sleep_engine()
@@ -296,6 +313,7 @@ class Trainer:
             if self.step >= cfg.critic.warmup_steps or self.critic is None:  # critic warm-up: the actor waits
                 with timer("update_actor"):
                     update = self.workers.update_actor(batch)
+                self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
                 if not rollout_logprobs_wanted(cfg):  # without the engine's log-probs the mismatch means nothing
                     update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
                 metrics.update(update)
@@ -321,7 +339,7 @@ class Trainer:
         if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
             self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
                                       "response": gen["response_text"][j], "reward": results[j].score,
-                                      "verifier": verifiers[j],
+                                      "verifier": verifiers[j], "failed": results[j].failed,
                                       "reason": results[j].info.get("reason", "")}
                                      for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics

@@ -226,6 +226,7 @@ class ActorRolloutRefWorker:
         norm_length = self.cfg.rollout.max_new_tokens
         own_old = "old_log_probs" not in batch  # no old-log-prob pass: this update reports what it would have
         before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0}
+        steps = {"taken": 0, "skipped": 0}
         for _ in range(self.batch_plan.ppo_epochs):
             for mini in minis:
                 global_denom = all_reduce_sum(loss_denominator(loss_mask(mini), alg.loss_agg_mode),
@@ -268,12 +269,16 @@ class ActorRolloutRefWorker:
                 grad_norm = clip_grad_norm(self.actor, a.grad_clip)
                 if torch.isfinite(torch.tensor(grad_norm)):
                     self.optimizer.step()
+                    steps["taken"] += 1
                 else:
                     log.warning("non-finite grad norm %s: skipping the optimizer step", grad_norm)
-                    add("actor/skipped_steps", 1.0)
+                    steps["skipped"] += 1
                 self.scheduler.step()
                 add("actor/grad_norm", grad_norm)
         metrics = {k: sums[k] / counts[k] for k in sums}
+        # counts, the same on every rank (the gradient norm is global): the trainer stops a run of skipped steps
+        metrics["actor/optimizer_steps"] = float(steps["taken"])
+        metrics["actor/skipped_optimizer_steps"] = float(steps["skipped"])
         if own_old:
             metrics.update(self._policy_metrics(before, "ref_log_probs" in batch))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
