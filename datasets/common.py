@@ -50,6 +50,10 @@ def check_row(row: Any, where: str) -> None:
     rm = row["reward_model"]
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         raise DataError(f"{where}: 'reward_model' must hold a 'ground_truth'")
+    truth = rm["ground_truth"]
+    if (isinstance(truth, str) and not truth.strip()) or (isinstance(truth, (list, tuple, dict)) and not truth):
+        raise DataError(f"{where}: 'reward_model.ground_truth' is empty (every response would be scored against "
+                        f"nothing)")
 
 
 def read_jsonl(path) -> List[Dict[str, Any]]:

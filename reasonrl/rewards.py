@@ -1,7 +1,7 @@
 """From a dataset row and a response to a VerifierPool item (shared by training and evaluation)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from reasonrl.config.schema import RewardConfig
 from reasonrl.config.tasks import verifier_for_data_source
@@ -18,6 +18,28 @@ def verifier_for(row: Dict[str, Any], reward: RewardConfig) -> str:
     if verifier is not None:
         return verifier
     raise ValueError(f"no verifier for data_source {source!r}: add a 'verifier' column or set reward.verifier=")
+
+
+def check_verifiers(rows: Sequence[Dict[str, Any]], reward: RewardConfig, what: str) -> List[str]:
+    """Before anything loads: every row of ``what`` (a data split) resolves to a verifier that is registered (built
+    in or installed through the entry-point group); DataError naming the first row that does not. Returns the
+    verifiers the rows use, sorted."""
+    from reasonrl.datasets import DataError
+    from reasonrl.verifiers import available_verifiers
+
+    known, used = set(available_verifiers()), set()
+    for i, row in enumerate(rows):
+        try:
+            name = verifier_for(row, reward)
+        except ValueError as exc:
+            raise DataError(f"{what}: row {i}: {exc}") from None
+        if name not in known:
+            source = "reward.verifier" if reward.verifier else f"row {i} (data_source {row.get('data_source')!r})"
+            raise DataError(f"{what}: {source} names the verifier {name!r}, which is not registered; known: "
+                            f"{', '.join(sorted(known))} (plugins register through the 'reasonrl.verifiers' "
+                            f"entry-point group)")
+        used.add(name)
+    return sorted(used)
 
 
 def verify_item(row: Dict[str, Any], response: str, reward: RewardConfig) -> Tuple[str, str, Any, Dict[str, Any]]:

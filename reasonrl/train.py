@@ -88,6 +88,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             trainer = AsyncTrainer(cfg, actor_worker=ActorRolloutRefWorker, rollout_worker=RolloutWorker)
         else:
             trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
+    except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
+        print(f"reasonrl: config error: {exc}", file=sys.stderr)
+        return 2
     except (DataError, ModelNotFoundError, CheckpointError) as exc:
         print(f"reasonrl: error: {exc}", file=sys.stderr)
         return 2

@@ -400,6 +400,7 @@ FIELD_RANGES: Dict[str, str] = {
     "algorithm.overlong_buffer": "[0, inf)", "algorithm.overlong_penalty": "[0, inf)",
     "critic.lr": "[0, inf)", "critic.cliprange_value": "[0, inf)", "critic.warmup_steps": "[0, inf)",
     "reward.workers": "[0, inf)", "reward.timeout_s": "(0, inf)", "reward.max_failed_fraction": "[0, 1]",
+    "reward.score_range": "(-inf, inf)",
     "trainer.max_skipped_steps": "[0, inf)",
     "trainer.total_steps": "[0, inf)", "trainer.save_every": "[0, inf)", "trainer.keep_checkpoints": "[0, inf)",
     "trainer.val_every": "[0, inf)", "trainer.num_workers": "[0, inf)", "trainer.seed": "[0, inf)",

@@ -144,22 +144,6 @@ def table_row(record: Dict[str, Any], ks: Sequence[int]) -> Dict[str, Any]:
     return row
 
 
-def _check_verifiers(rows: Sequence[Dict[str, Any]], cfg: Config) -> List[str]:
-    from reasonrl.rewards import verifier_for
-    from reasonrl.verifiers import get_verifier_class
-
-    try:
-        names = sorted({verifier_for(row, cfg.reward) for row in rows})
-    except ValueError as exc:
-        raise EvalError(str(exc)) from None
-    for name in names:
-        try:
-            get_verifier_class(name)
-        except KeyError as exc:
-            raise EvalError(f"task {cfg.task!r} needs the {name!r} verifier, which is not available: {exc}") from None
-    return names
-
-
 def _device(cfg: Config) -> str:
     if cfg.trainer.device != "auto":
         return cfg.trainer.device
@@ -241,6 +225,7 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
     from reasonrl.data import PromptDataset
     from reasonrl.datasets import task_files
     from reasonrl.models import load_tokenizer
+    from reasonrl.rewards import check_verifiers
     from reasonrl.rollout import resolve_engine_name
 
     check_sampling(cfg)
@@ -261,7 +246,7 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
                                 cfg.data.system_prompt, limit=e.limit)
     except ValueError as exc:  # no prompts left after the length filter
         raise EvalError(str(exc)) from None
-    verifier_names = _check_verifiers([p.row for p in dataset.prompts], cfg)
+    verifier_names = check_verifiers([p.row for p in dataset.prompts], cfg.reward, f"task {cfg.task!r}")
 
     store = SampleStore(e.output_dir)
     store.check_settings({

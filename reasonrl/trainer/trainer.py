@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
                                  overlong_penalty)
-from reasonrl.config import Config, to_dict, to_yaml
+from reasonrl.config import Config, ConfigError, to_dict, to_yaml
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
@@ -27,8 +27,8 @@ from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
-from reasonrl.models import load_tokenizer, resolve_model_path
-from reasonrl.rewards import make_pool, verifier_for, verify_item
+from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
+from reasonrl.rewards import check_verifiers, make_pool, verifier_for, verify_item
 
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
 from .dynamic_sampling import Round, refill_informative_groups
@@ -83,6 +83,16 @@ def slowest_rank(per_rank: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
+def check_context_length(cfg: Config, context: Optional[int]) -> None:
+    """ConfigError naming the keys when a prompt and its response cannot fit the model's context (``context``:
+    from its config.json; None: not stated, not checked)."""
+    need = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
+    if context is not None and need > context:
+        raise ConfigError(f"config key 'rollout.max_new_tokens': data.max_prompt_length ({cfg.data.max_prompt_length})"
+                          f" + rollout.max_new_tokens ({cfg.rollout.max_new_tokens}) = {need} exceeds the model's "
+                          f"context of {context} tokens ({cfg.model.path})")
+
+
 def check_divisibility(cfg: Config, world_size: int) -> None:
     """Every rank gets the same work (``BatchPlan.check``): a ValueError naming the keys otherwise."""
     BatchPlan.from_config(cfg, world_size).check()
@@ -109,11 +119,13 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
+            check_context_length(cfg, model_context_length(self.model_path))
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
                                             cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                             cfg.data.system_prompt)
+            check_verifiers([p.row for p in self.train_data.prompts], cfg.reward, "training data")
             self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, cfg.trainer.seed,
                                         cfg.data.shuffle)
         self.val_data: Optional[PromptDataset] = None
