@@ -4,7 +4,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from reasonrl.eval.runner import (EvalError, problem_record, prompt_fingerprint, resolve_eval_model, table_row)
+from reasonrl.eval.runner import (EvalError, outcome_of, problem_record, prompt_fingerprint, resolve_eval_model,
+                                  table_row)
 from reasonrl.eval.store import EvalStoreError, SampleStore
 from reasonrl.rollout.base import Completion
 from reasonrl.verifiers import VerifyResult
@@ -30,6 +31,16 @@ def test_problem_record_marks_a_verification_timeout_as_incorrect():
     assert r["reasons"] == ["equal", "timeout after 10s"]
     assert r["num_tokens"] == [2, 1] and r["finish_reasons"] == ["stop", "length"]
     assert r["prompt_sha"] == prompt_fingerprint([10, 11, 12]) != prompt_fingerprint([10, 11])
+
+
+def test_a_sample_without_a_verdict_is_recorded_as_failed_and_incorrect():
+    comps = [Completion([1], "x", [0.0], "stop"), Completion([2], "y", [0.0], "stop")]
+    results = [VerifyResult.failure("verifier 'math' returned the non-finite score nan", extracted="7"),
+               VerifyResult(1.0, True, {"extracted": "2"})]
+    r = problem_record(0, [1], ROW, comps, results)
+    assert r["failed"] == [True, False] and r["timed_out"] == [False, False]
+    assert r["correct"] == [False, True] and r["scores"] == [0.0, 1.0] and r["extracted"] == [None, "2"]
+    assert outcome_of(r).failed == [True, False]
 
 
 def test_a_timeout_is_incorrect_even_if_the_result_claims_correct():

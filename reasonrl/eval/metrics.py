@@ -89,6 +89,8 @@ class ProblemOutcome:
     """Extracted answer of each sample (None when none was extracted)."""
     timed_out: List[bool] = field(default_factory=list)
     """Whether each sample's verification timed out (such samples count as incorrect)."""
+    failed: List[bool] = field(default_factory=list)
+    """Whether each sample got no verdict (a timeout, a crash, a non-finite score: counted as incorrect, and apart)."""
     groups: Dict[str, str] = field(default_factory=dict)
     """Breakdown keys of the problem, e.g. {"data_source": "openai/gsm8k", "level": "3"}."""
 
@@ -102,6 +104,7 @@ def metric_block(outcomes: Sequence[ProblemOutcome], ks: Iterable[int]) -> Dict[
         "samples": num_samples,
         "correct": sum(sum(bool(x) for x in o.correct) for o in outcomes),
         "timed_out": sum(sum(bool(x) for x in o.timed_out) for o in outcomes),
+        "failed": sum(sum(bool(x) for x in o.failed) for o in outcomes),
     }
     block["mean_accuracy"] = block["correct"] / num_samples if num_samples else 0.0
     for k in ks:

@@ -10,13 +10,13 @@ def format_table(summary: Dict[str, Any]) -> str:
     """A fixed-width text table of ``summary["metrics"]`` (as written by ``run_eval``)."""
     ks = summary["k"]
     metrics = summary["metrics"]
-    columns = ["problems", "samples", "mean_acc"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks] + ["timeouts"]
+    columns = ["problems", "samples", "mean_acc"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks] + ["timeouts", "failed"]
     lines: List[List[str]] = []
 
     def add(label: str, block: Dict[str, Any]) -> None:
         cells = [label, str(block["problems"]), str(block["samples"]), f"{block['mean_accuracy']:.4f}"]
         cells += [f"{block[f'pass@{k}']:.4f}" for k in ks] + [f"{block[f'maj@{k}']:.4f}" for k in ks]
-        cells.append(str(block["timed_out"]))
+        cells += [str(block["timed_out"]), str(block.get("failed", block["timed_out"]))]
         lines.append(cells)
 
     add("overall", metrics["overall"])

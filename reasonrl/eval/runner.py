@@ -99,7 +99,9 @@ def _question(row: Dict[str, Any]) -> str:
 def problem_record(index: int, token_ids: Sequence[int], row: Dict[str, Any], completions, results) -> Dict[str, Any]:
     """The stored form of one verified problem: identification, then one parallel list entry per sample.
 
-    A verification that timed out is recorded as incorrect (score 0) with ``timed_out`` set."""
+    A sample without a verdict (``VerifyResult.failed``: a timeout, a crash, a non-finite score, ...) is recorded as
+    incorrect (score 0, no extracted answer, so no maj@k vote) with ``failed`` set, and ``timed_out`` too when it
+    timed out."""
     record: Dict[str, Any] = {
         "problem": index,
         "prompt_sha": prompt_fingerprint(token_ids),
@@ -108,19 +110,21 @@ def problem_record(index: int, token_ids: Sequence[int], row: Dict[str, Any], co
         "question": _question(row),
         "ground_truth": _as_text(row["reward_model"]["ground_truth"]),
         "responses": [], "finish_reasons": [], "num_tokens": [], "extracted": [], "correct": [], "scores": [],
-        "reasons": [], "timed_out": [],
+        "reasons": [], "timed_out": [], "failed": [],
     }
     for completion, result in zip(completions, results):
         info = dict(result.info or {})
         timed_out = bool(info.get("timed_out"))
+        failed = timed_out or bool(getattr(result, "failed", False))
         record["responses"].append(completion.text)
         record["finish_reasons"].append(completion.finish_reason)
         record["num_tokens"].append(len(completion.token_ids))
-        record["extracted"].append(None if timed_out else _as_text(info.get("extracted")))
-        record["correct"].append(bool(result.correct) and not timed_out)
-        record["scores"].append(0.0 if timed_out else float(result.score))
+        record["extracted"].append(None if failed else _as_text(info.get("extracted")))
+        record["correct"].append(bool(result.correct) and not failed)
+        record["scores"].append(0.0 if failed else float(result.score))
         record["reasons"].append(str(info.get("reason") or ("timed out" if timed_out else "")))
         record["timed_out"].append(timed_out)
+        record["failed"].append(failed)
     return record
 
 
@@ -128,6 +132,7 @@ def outcome_of(record: Dict[str, Any]) -> ProblemOutcome:
     """The metrics' view of a stored record."""
     return ProblemOutcome(correct=list(record["correct"]), answers=list(record["extracted"]),
                           timed_out=list(record["timed_out"]),
+                          failed=list(record.get("failed", record["timed_out"])),  # stores older than the column
                           groups={k: record.get(k) for k in BREAKDOWN_KEYS if record.get(k) is not None})
 
 

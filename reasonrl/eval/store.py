@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List
 
 SAMPLE_COLUMNS = ("responses", "finish_reasons", "num_tokens", "extracted", "correct", "scores", "reasons",
-                  "timed_out")
+                  "timed_out", "failed")
 """Per-sample list columns of a problem record (parallel lists, one entry per sample)."""
 
 
