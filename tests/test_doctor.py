@@ -55,7 +55,7 @@ def test_cli_runs_every_check_for_real_and_reports_config_problems(tmp_path):
 def test_a_broken_torch_is_a_row_of_the_table_not_a_crash(tmp_path):
     # A torch package that fails to import (as one built for another CUDA does), ahead of the real one on the path.
     (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libtorch_cuda.so: cannot open shared object')\n")
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libtorch_cuda.so: cannot open it')\n")
     path = os.pathsep.join([str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-m", "reasonrl.doctor", "--json"], capture_output=True, text=True,
                           timeout=400, env={**os.environ, "PYTHONPATH": path})

@@ -66,7 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m reasonrl.doctor``: exit status 1 when a check is an error or the given config misses a piece."""
     parser = argparse.ArgumentParser(prog="python -m reasonrl.doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="a training config to check too, e.g. task=mbpp reward.verifier_options.code.sandbox=docker")
+                        help="a training config to check too, e.g. "
+                             "task=mbpp reward.verifier_options.code.sandbox=docker")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     problems: Optional[List[Problem]] = None
