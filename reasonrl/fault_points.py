@@ -11,6 +11,8 @@ the ``count``-th time (default 1), the action runs:
 
 Points in the code: ``group.<method>`` (the controller has sent ``<method>`` to every worker and waits),
 ``worker<rank>.<method>`` (the worker of that rank blocks before running ``<method>``: ``hang`` only),
+``rollout<rank>.generate_stream`` (the async trainer starts a batch's generation; the action runs in the rollout
+worker of that rank, before it generates: ``sigkill`` is a crashed worker),
 ``checkpoint.written`` (the workers wrote their checkpoint files; ``trainer_state.json`` not yet),
 ``checkpoint.saved`` (a checkpoint is complete), ``step.begin`` (the trainer is about to start a step),
 ``eval.batch_stored`` (eval appended a verified batch to ``samples.jsonl``).
@@ -67,6 +69,7 @@ def fault_point(point: str) -> None:
 
 
 def run_action(action: str) -> None:
+    """Run one of ``ACTIONS`` in this process, now."""
     if action == "sigint":
         signal.raise_signal(signal.SIGINT)
     elif action == "sigkill":
@@ -75,6 +78,12 @@ def run_action(action: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "hang":
         hang_here()
+
+
+def run_in_actor(_instance, action: str) -> None:
+    """Run ``action`` in a Ray actor's process: ``actor.__ray_call__.remote(run_in_actor, action)`` (Ray passes the
+    actor instance first), issued just before the call it should precede (an actor runs calls in the order issued)."""
+    run_action(action)
 
 
 def hang_here(_instance=None) -> None:

@@ -151,12 +151,15 @@ def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, t
     assert second[3] == first[3] and first[3] != first[2]  # step 3 trains on the same prompts as without the stop
 
 
-def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path):
+def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path, monkeypatch):
+    from reasonrl import fault_points
     from reasonrl.trainer.async_loop import RolloutWorkerError
 
-    # generate call 2 is the batch of step 3 (call 0: step 1, call 1: step 2): the worker dies while step 2 trains
-    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}",
-                            "async_rollout.fail_at_generation=2"])
+    # The 3rd generation started is the batch of step 3 (1st: step 1, 2nd: step 2): the worker is killed before it,
+    # while step 2 trains
+    monkeypatch.setenv(fault_points.ENV, "rollout0.generate_stream#3=sigkill")
+    monkeypatch.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}"])
     try:
         with pytest.raises(RolloutWorkerError, match="RolloutWorker rank 0 failed while"):
             trainer.fit()

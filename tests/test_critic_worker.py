@@ -2,22 +2,10 @@
 toward fixed returns, micro-batch invariance, checkpoint round trip."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
-from reasonrl.config import load_config, to_dict
-from reasonrl.data.collate import collate_rollout
-from reasonrl.workers.critic import CriticWorker
-
-from test_value_head import make_tiny_causal_lm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import critic_batch, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -25,26 +13,9 @@ def tiny_lm(tmp_path_factory) -> str:
     return make_tiny_causal_lm(tmp_path_factory.mktemp("tiny_critic_lm"), seed=7)
 
 
-def make_worker(model_path: str, *overrides: str) -> CriticWorker:
-    cfg, _ = load_config(["algorithm=ppo", "trainer.device=cpu", "data.train_batch_size=2", "rollout.n=2",
-                          "actor.micro_batch_size_per_worker=4", "critic.lr=0.01", *overrides])
-    return CriticWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
-                        master_port=free_port(), num_threads=1)
-
-
-def rollout_batch():
-    """4 responses of 3 tokens each (prompts of different lengths, left-padded); returns 1 for rows 0-1, 0 else."""
-    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11]]
-    responses = [[20, 21, 22], [23, 24, 25], [26, 27, 28], [29, 30, 31]]
-    batch = collate_rollout(prompts, responses, [[0.0] * 3] * 4, pad_id=0)
-    returns = torch.tensor([1.0, 1.0, 0.0, 0.0])[:, None] * batch["response_mask"]
-    batch["returns"] = returns
-    return batch
-
-
 def test_first_update_metrics_match_hand_values(tiny_lm):
-    worker = make_worker(tiny_lm)
-    batch = rollout_batch()
+    worker = make_critic_worker(tiny_lm)
+    batch = critic_batch()
     batch = batch.union(worker.compute_values(batch))
     # The head starts at zero, so V = 0 everywhere.
     assert batch["values"].shape == (4, 3) and torch.count_nonzero(batch["values"]) == 0
@@ -61,8 +32,8 @@ def test_first_update_metrics_match_hand_values(tiny_lm):
 
 
 def test_updates_toward_fixed_returns_reduce_the_value_loss(tiny_lm):
-    worker = make_worker(tiny_lm, "critic.cliprange_value=10.0")
-    batch = rollout_batch()
+    worker = make_critic_worker(tiny_lm, "critic.cliprange_value=10.0")
+    batch = critic_batch()
     losses, evs = [], []
     for _ in range(12):
         step = batch.union(worker.compute_values(batch))
@@ -79,8 +50,8 @@ def test_updates_toward_fixed_returns_reduce_the_value_loss(tiny_lm):
 def test_value_clipping_bounds_the_step(tiny_lm):
     # With cliprange 0 the clipped values equal the old ones, so max(.,.) >= (Vold - R)^2: the loss is at least the
     # old-value loss (0.25 at the start) and, once V moves, the clipped branch is the larger on some tokens.
-    worker = make_worker(tiny_lm, "critic.cliprange_value=0.0")
-    batch = rollout_batch()
+    worker = make_critic_worker(tiny_lm, "critic.cliprange_value=0.0")
+    batch = critic_batch()
     old = batch.union(worker.compute_values(batch))
     worker.update_critic(old)
     m = worker.update_critic(old)  # second pass against the same old values: V has moved away from Vold
@@ -89,26 +60,26 @@ def test_value_clipping_bounds_the_step(tiny_lm):
 
 
 def test_micro_batch_split_does_not_change_the_update(tiny_lm):
-    batch = rollout_batch()
+    batch = critic_batch()
     after = []
     for micro in (4, 1):
-        worker = make_worker(tiny_lm, f"actor.micro_batch_size_per_worker={micro}")
+        worker = make_critic_worker(tiny_lm, f"actor.micro_batch_size_per_worker={micro}")
         worker.update_critic(batch.union(worker.compute_values(batch)))
         after.append(worker.compute_values(batch)["values"])
     torch.testing.assert_close(after[0], after[1], atol=1e-5, rtol=1e-4)
 
 
 def test_update_needs_returns(tiny_lm):
-    worker = make_worker(tiny_lm)
-    batch = rollout_batch()
+    worker = make_critic_worker(tiny_lm)
+    batch = critic_batch()
     del batch.tensors["returns"]
     with pytest.raises(KeyError, match="returns"):
         worker.update_critic(batch.union(worker.compute_values(batch)))
 
 
 def test_checkpoint_round_trip(tiny_lm, tmp_path):
-    worker = make_worker(tiny_lm)
-    batch = rollout_batch()
+    worker = make_critic_worker(tiny_lm)
+    batch = critic_batch()
     for _ in range(2):
         worker.update_critic(batch.union(worker.compute_values(batch)))
     worker.save_checkpoint(str(tmp_path))
@@ -116,7 +87,7 @@ def test_checkpoint_round_trip(tiny_lm, tmp_path):
     assert {"config.json", "value_head.safetensors", "critic_optim.pt"} <= files
     trained = worker.compute_values(batch)["values"]
 
-    fresh = make_worker(tiny_lm)
+    fresh = make_critic_worker(tiny_lm)
     assert torch.count_nonzero(fresh.compute_values(batch)["values"]) == 0
     fresh.load_checkpoint(str(tmp_path))
     torch.testing.assert_close(fresh.compute_values(batch)["values"], trained)
@@ -132,29 +103,14 @@ def test_checkpoint_round_trip(tiny_lm, tmp_path):
 
 @pytest.mark.slow
 def test_real_smollm2_critic_learns(model_path):
-    worker = make_worker(model_path, "critic.lr=1e-4", "critic.cliprange_value=10.0")
-    batch = rollout_batch()
+    worker = make_critic_worker(model_path, "critic.lr=1e-4", "critic.cliprange_value=10.0")
+    batch = critic_batch()
     losses = []
     for _ in range(4):
         m = worker.update_critic(batch.union(worker.compute_values(batch)))
         losses.append(m["critic/value_loss"])
     assert losses[0] == pytest.approx(0.25)
     assert losses[-1] < losses[0], losses
-
-
-def make_tiny_policy(directory, tokenizer_path: str) -> str:
-    """A 2-layer random Llama with the real SmolLM2 tokenizer (and chat template): runs the whole loop in seconds."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(str(directory))
-    tok.save_pretrained(str(directory))
-    return str(directory)
 
 
 @pytest.mark.slow

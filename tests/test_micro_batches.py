@@ -8,6 +8,8 @@ import torch
 from reasonrl.data.micro_batches import (fixed_size_groups, loss_denominator, micro_batch_groups, restore_order,
                                          token_budget_groups)
 
+from helpers import critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
+
 # (prompt, response) lengths; totals 8, 4, 3, 9, 4.
 PROMPTS = [2, 3, 1, 4, 2]
 RESPONSES = [6, 1, 2, 5, 2]
@@ -74,7 +76,6 @@ def update_gradient(policy: str, mode: str, *overrides: str):
     from reasonrl.config import load_config, to_dict
     from reasonrl.data.collate import collate_rollout
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from test_critic_worker import free_port
 
     g = torch.Generator().manual_seed(3)
     prompts = [[1 + i, 2, 3 + i][: 1 + i % 3] for i in range(8)]
@@ -94,8 +95,6 @@ def update_gradient(policy: str, mode: str, *overrides: str):
 
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory, model_path):
-    from test_critic_worker import make_tiny_policy
-
     return make_tiny_policy(tmp_path_factory.mktemp("tiny_policy"), model_path)
 
 
@@ -153,14 +152,11 @@ def test_two_ranks_with_different_group_counts_match_one_rank(tiny_policy):
 def test_critic_update_with_packing_and_a_token_budget_equals_the_default(tmp_path):
     """The critic's values and update through packed token-budget micro-batches (rows of 5-7 tokens, budget 12:
     groups of one or two rows) equal the default fixed-row padded ones."""
-    from test_critic_worker import make_worker, rollout_batch
-    from test_value_head import make_tiny_causal_lm
-
     path = make_tiny_causal_lm(tmp_path / "lm", seed=7)
-    batch = rollout_batch()
+    batch = critic_batch()
     results = []
     for flags in ((), ("actor.use_packing=true", "critic.max_tokens_per_micro_batch=12")):
-        worker = make_worker(path, *flags)
+        worker = make_critic_worker(path, *flags)
         metrics = worker.update_critic(batch.union(worker.compute_values(batch)))
         results.append((worker.compute_values(batch)["values"], metrics["critic/grad_norm"]))
     mask = batch["response_mask"].bool()

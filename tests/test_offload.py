@@ -7,8 +7,6 @@ dtypes and DTensor placements, keep the Parameter objects the optimizer holds, a
 as without the move."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 from torch.distributed.tensor import DTensor
@@ -17,11 +15,7 @@ from reasonrl.workers.distributed import init_distributed
 from reasonrl.workers.fsdp import (Offloader, iter_full_params, move_fsdp_model, move_optimizer, offload_fsdp_model,
                                    offload_optimizer, onload_fsdp_model, onload_optimizer, shard_model)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -197,14 +191,11 @@ def test_offloader_moves_inside_on_device_and_reports_seconds(mesh):
 
 
 def test_critic_worker_with_offload_trains_identically_and_reports_timing(tmp_path):
-    from test_critic_worker import make_worker, rollout_batch
-    from test_value_head import make_tiny_causal_lm
-
     path = make_tiny_causal_lm(tmp_path / "lm", seed=7)
-    batch = rollout_batch()
+    batch = critic_batch()
     values = []
     for flags in ((), ("critic.offload_params=true", "critic.offload_optimizer=true")):
-        worker = make_worker(path, *flags)
+        worker = make_critic_worker(path, *flags)
         for _ in range(2):
             worker.update_critic(batch.union(worker.compute_values(batch)))
         values.append(worker.compute_values(batch)["values"])
@@ -219,7 +210,6 @@ def test_actor_worker_with_offload_trains_syncs_and_checkpoints_identically(tmp_
     from reasonrl.config import load_config, to_dict
     from reasonrl.data.collate import collate_rollout
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from test_critic_worker import make_tiny_policy
 
     policy = make_tiny_policy(tmp_path / "tiny", model_path)
     batch = collate_rollout([[1, 2, 3], [1, 2, 3], [4, 5], [4, 5]], [[6, 7], [8, 9], [10, 11], [12, 13]],

@@ -8,6 +8,8 @@ import torch
 from reasonrl.config import load_config
 from reasonrl.trainer.passes import Passes, pass_rows, passes_needed, updates_per_batch
 
+from helpers import free_port, make_tiny_policy
+
 
 def cfg_of(*args: str):
     return load_config(["trainer.device=cpu", "data.train_batch_size=8", *args], cuda_available=False)[0]
@@ -56,7 +58,6 @@ def test_update_reports_the_skipped_pass_metrics(tmp_path, model_path):
     from reasonrl.data.collate import collate_rollout
     from reasonrl.trainer.metrics import policy_metrics
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from test_critic_worker import free_port, make_tiny_policy
 
     policy = make_tiny_policy(tmp_path / "tiny", model_path)
     batch = collate_rollout([[1, 2, 3], [1, 2, 3], [4, 5], [4, 5]], [[6, 7, 8], [9], [10, 11], [12, 13, 14, 15]],

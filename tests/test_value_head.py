@@ -8,17 +8,7 @@ import pytest
 from reasonrl.models.value_head import (HEAD_FILE, MARKER_FILE, ValueModel, load_value_state_dict,
                                         response_values)
 
-
-def make_tiny_causal_lm(directory, seed: int = 0) -> str:
-    """A 2-layer Llama causal LM with random weights, saved as a Hugging Face directory."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(str(directory), safe_serialization=True)
-    return str(directory)
+from helpers import make_tiny_causal_lm
 
 
 @pytest.fixture(scope="module")

@@ -309,8 +309,6 @@ class AsyncRolloutConfig:
     generation and training in turn on their own devices."""
     transfer_timeout_s: float = 600.0
     """Timeout of one collective of the actor-to-rollout weight transfer group (NCCL/gloo)."""
-    fail_at_generation: int = -1
-    """Testing: the rollout workers exit (as if crashed) when asked for this generate call, counted from 0 (-1: off)."""
 
 
 @dataclass
@@ -392,7 +390,7 @@ FIELD_RANGES: Dict[str, str] = {
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
     "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",
     "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",
-    "async_rollout.transfer_timeout_s": "(0, inf)", "async_rollout.fail_at_generation": "[-1, inf)",
+    "async_rollout.transfer_timeout_s": "(0, inf)",
     "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",
     "algorithm.clip_ratio_dual": "[0, inf)",
     "algorithm.kl_coef": "[0, inf)", "algorithm.entropy_coef": "[0, inf)", "algorithm.gamma": "[0, 1]",

@@ -25,6 +25,7 @@ import ray
 
 from reasonrl.config import Config, to_dict
 from reasonrl.controller import WorkerGroup, start_ray
+from reasonrl.fault_points import arrive, run_in_actor
 
 from .dynamic_sampling import Round
 from .metrics import PhaseTimer
@@ -120,6 +121,10 @@ class AsyncTrainer(Trainer):
         return rnd
 
     def _start_round(self) -> None:
+        for rank, worker in enumerate(self.rollouts.workers):  # test hook (REASONRL_FAULT_AT): a worker crashes here
+            action = arrive(f"rollout{rank}.generate_stream")
+            if action is not None:
+                worker.__ray_call__.remote(run_in_actor, action)  # issued before the generation, so it runs first
         state = self.sampler.state_dict()
         prompts = [self.train_data[i] for i in self.sampler.next_indices()]
         streams = start_stream(self.rollouts, prompts, self.sampling(), self.cfg.rollout.stream_chunk_prompts)

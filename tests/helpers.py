@@ -1,0 +1,64 @@
+"""Helpers that several test modules share (tests/ is on sys.path: ``from helpers import ...``); fixtures stay in
+conftest.py. Tiny random models built here in seconds (no download), and an in-process CriticWorker over them."""
+from __future__ import annotations
+
+import socket
+
+import torch
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a world-size-1 process group)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_tiny_causal_lm(directory, seed: int = 0) -> str:
+    """A 2-layer Llama causal LM with random weights (vocabulary of 64), saved as a Hugging Face directory."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(str(directory), safe_serialization=True)
+    return str(directory)
+
+
+def make_tiny_policy(directory, tokenizer_path: str) -> str:
+    """A 2-layer random Llama with the real SmolLM2 tokenizer (and chat template): runs the whole loop in seconds."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(str(directory))
+    tok.save_pretrained(str(directory))
+    return str(directory)
+
+
+def make_critic_worker(model_path: str, *overrides: str):
+    """A PPO CriticWorker in this process (world size 1, gloo, one thread) for 2 prompts x 2 samples, critic.lr 0.01;
+    ``overrides``: more key=value settings."""
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.workers.critic import CriticWorker
+
+    cfg, _ = load_config(["algorithm=ppo", "trainer.device=cpu", "data.train_batch_size=2", "rollout.n=2",
+                          "actor.micro_batch_size_per_worker=4", "critic.lr=0.01", *overrides])
+    return CriticWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
+                        master_port=free_port(), num_threads=1)
+
+
+def critic_batch():
+    """4 responses of 3 tokens each (prompts of different lengths, left-padded); returns 1 for rows 0-1, 0 else."""
+    from reasonrl.data.collate import collate_rollout
+
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11]]
+    responses = [[20, 21, 22], [23, 24, 25], [26, 27, 28], [29, 30, 31]]
+    batch = collate_rollout(prompts, responses, [[0.0] * 3] * 4, pad_id=0)
+    batch["returns"] = torch.tensor([1.0, 1.0, 0.0, 0.0])[:, None] * batch["response_mask"]
+    return batch
