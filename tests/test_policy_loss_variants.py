@@ -242,3 +242,18 @@ def test_denominators_recombine_micro_batches_for_every_mode():
         close(total, aggregate_loss(LOSS, MASK, mode, 4))
     with pytest.raises(ValueError, match="unknown loss aggregation mode"):
         agg_denominator(MASK, "sum")
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_on_policy_every_loss_gives_the_policy_gradient(name):
+    # pi = pi_old (ratio 1, one update per batch): CISPO's weight is 1, SAPO's gate slope 1, GMPO's G = 1 with
+    # d G / d log pi_t = 1/|y|, no clip acts and KL-Cov's |log r| = 0 has gradient 0. With seq-mean-token-mean each
+    # loss's gradient is then the policy gradient -A_t / |y_i| / (number of rows): row 0 (3 tokens, A = 1.5):
+    # -0.25 each; row 1 (2 tokens + padding, A = -0.5): +0.125 each.
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.7, 0.0]], dtype=torch.float64)
+    lp = old.clone().requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float64)
+    adv = torch.tensor([[1.5] * 3, [-0.5] * 3], dtype=torch.float64) * mask
+    options = {"clip_cov_ratio": 0.0} if name == "clip_cov" else None
+    run(name, lp, old, adv, mask=mask, agg_mode="seq-mean-token-mean", options=options)[0].backward()
+    close(lp.grad, [[-0.25, -0.25, -0.25], [0.125, 0.125, 0.0]])
