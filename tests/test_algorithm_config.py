@@ -83,3 +83,11 @@ def test_new_presets_set_their_loss_or_estimator():
     gmpo = load("algorithm=gmpo").algorithm
     assert (gmpo.clip_ratio_low, gmpo.clip_ratio_high, gmpo.loss_agg_mode) == (0.4, 0.4, "seq-mean-token-mean")
     assert set(expected) <= set(ALGORITHM_PRESETS)
+
+
+def test_adaptive_kl_needs_a_kl_term_to_steer():
+    cfg = load("algorithm=rloo", "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=0.05")
+    assert (cfg.algorithm.kl_ctrl, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon) == ("adaptive", 0.05, 10000.0)
+    for args in (("algorithm=dapo",), ("algorithm=grpo", "algorithm.kl_coef=0")):  # no KL term / coefficient 0
+        with pytest.raises(ConfigError, match="'algorithm.kl_ctrl': adaptive needs algorithm.kl_coef > 0"):
+            load(*args, "algorithm.kl_ctrl=adaptive")

@@ -171,6 +171,9 @@ def _validate_algorithm(cfg: Config, need) -> None:
     one_of(alg.kl_loss_estimator, algs.KL_ESTIMATORS, "algorithm.kl_loss_estimator")
     one_of(alg.kl_reward_estimator, algs.KL_ESTIMATORS, "algorithm.kl_reward_estimator")
     one_of(alg.kl_ctrl, algs.KL_CONTROLLERS, "algorithm.kl_ctrl")
+    if alg.kl_ctrl == "adaptive":  # the rule is multiplicative: a coefficient of 0, or no KL term, never moves
+        need(alg.kl_coef > 0 and (alg.use_kl_loss or alg.kl_in_reward), "algorithm.kl_ctrl",
+             "adaptive needs algorithm.kl_coef > 0 and a KL term (algorithm.use_kl_loss or algorithm.kl_in_reward)")
     try:
         algs.resolve_policy_loss_options(alg.policy_loss, dict(alg.policy_loss_options))
     except ValueError as exc:
