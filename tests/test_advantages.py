@@ -195,13 +195,16 @@ def test_every_estimator_is_zero_and_finite_outside_the_mask(name):
     # Garbage (NaN) in padded positions of token_rewards/values must not leak anywhere.
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
     garbage = torch.where(mask, torch.rand(4, 4), torch.full((4, 4), float("nan")))
+    binary = name == "pass_at_k"  # counts 0/1 scores and refuses token rewards
     adv, ret = compute_advantages(
         name,
-        scores=torch.tensor([1.0, 0.0, 1.0, 0.5]),
+        scores=torch.tensor([1.0, 0.0, 1.0, 0.0 if binary else 0.5]),
         mask=mask,
         group_index=torch.tensor([0, 0, 1, 1]),
         values=garbage if name == "gae" else None,
-        token_rewards=garbage if name.startswith("reinforce") else None,
+        token_rewards=None if binary else garbage,
+        baseline_scores=torch.tensor([0.5, 0.5, 0.2, 0.2]) if name == "remax" else None,
+        pass_k=2,
     )
     for out in (adv, ret):
         assert out.shape == (4, 4)

@@ -1,5 +1,6 @@
-"""Pure tensor functions of RL for LLMs: advantage estimators, policy/value losses, KL, loss aggregation,
-DAPO data shaping and truncated importance sampling. Imports only torch; registries by name.
+"""Pure tensor functions of RL for LLMs: advantage estimators, policy/value losses, KL and its controllers, loss
+aggregation, DAPO data shaping and truncated importance sampling. Imports only torch; registries by name
+(ADV_ESTIMATORS, POLICY_LOSSES with POLICY_LOSS_OPTIONS, LOSS_AGG_MODES, KL_ESTIMATORS, KL_CONTROLLERS).
 
 Shapes: B responses, T response tokens (right-padded); ``mask`` is a 0/1 [B, T] response mask and
 ``group_index`` a LongTensor [B] (responses to the same prompt share an id).
@@ -13,21 +14,44 @@ from .advantages import (
     kl_shaped_token_rewards,
     register_adv_estimator,
     scores_to_token_rewards,
+    sequence_rewards,
 )
-from .aggregation import LOSS_AGG_MODES, aggregate_loss, masked_mean, masked_sum, masked_var, masked_whiten
+from .aggregation import (
+    LOSS_AGG_MODES,
+    agg_denominator,
+    aggregate_loss,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
 from .dapo import filter_groups, overlong_penalty
 from .importance import TIS_MODES, logprob_mismatch_stats, tis_weights
 from .kl import KL_ESTIMATORS, kl_penalty
+from .kl_control import KL_CONTROLLERS, AdaptiveKLController, FixedKLController, make_kl_controller
 from .logprob import entropy_from_logits, log_probs_from_logits
-from .policy_loss import POLICY_LOSSES, clipped_surrogate, policy_loss, register_policy_loss
+from .policy_loss import (
+    POLICY_LOSS_OPTIONS,
+    POLICY_LOSSES,
+    clipped_surrogate,
+    policy_loss,
+    register_policy_loss,
+    resolve_policy_loss_options,
+)
+from . import covariance_losses, policy_loss_variants  # noqa: F401,E402  (register cispo, sapo, gmpo, clip_cov, kl_cov)
 from .value_loss import explained_variance, value_loss
 
 __all__ = [
     "ADV_ESTIMATORS",
+    "KL_CONTROLLERS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
+    "POLICY_LOSS_OPTIONS",
     "TIS_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "agg_denominator",
     "aggregate_loss",
     "clipped_surrogate",
     "compute_advantages",
@@ -40,6 +64,7 @@ __all__ = [
     "kl_shaped_token_rewards",
     "log_probs_from_logits",
     "logprob_mismatch_stats",
+    "make_kl_controller",
     "masked_mean",
     "masked_sum",
     "masked_var",
@@ -48,7 +73,9 @@ __all__ = [
     "policy_loss",
     "register_adv_estimator",
     "register_policy_loss",
+    "resolve_policy_loss_options",
     "scores_to_token_rewards",
+    "sequence_rewards",
     "tis_weights",
     "value_loss",
 ]

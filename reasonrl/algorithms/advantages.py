@@ -4,6 +4,12 @@ Shapes: B responses, T response tokens (right-padded). ``scores`` [B] is the ver
 response, ``mask`` [B, T] marks real response tokens, ``group_index`` [B] gives responses of the same
 prompt the same id. Every estimator returns ``(advantages, returns)``, both [B, T] and 0 outside the mask.
 
+KL in the reward (``kl_in_reward``): ``token_rewards`` [B, T] (``kl_shaped_token_rewards``: the score on the
+last valid token, ``-kl_coef * kl_t`` on every valid token) replace the scores. The token-level estimators
+(reinforce_pp, gae) discount them; the sequence-level ones (grpo, drgrpo, rloo, remax) use the response's
+reward R_i = sum of its token rewards over its valid tokens = s_i - kl_coef * sum_t kl_t. ``pass_at_k`` needs
+0/1 scores and refuses them.
+
 Add an estimator with::
 
     @register_adv_estimator("mine")
@@ -47,8 +53,14 @@ def compute_advantages(
     lam: float = 1.0,
     norm_by_std: bool = True,
     eps: float = 1e-6,
+    baseline_scores: Optional[Tensor] = None,
+    pass_k: int = 1,
 ) -> Tuple[Tensor, Tensor]:
-    """Run the estimator registered as ``name``; returns (advantages [B, T], returns [B, T])."""
+    """Run the estimator registered as ``name``; returns (advantages [B, T], returns [B, T]).
+
+    ``baseline_scores`` [B] (ReMax): the reward of the greedy response to each response's prompt.
+    ``pass_k`` (pass_at_k): the k of pass@k, 1 <= k <= group size.
+    """
     if name not in ADV_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADV_ESTIMATORS)}")
     if scores.dim() != 1 or mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
@@ -56,6 +68,8 @@ def compute_advantages(
     if group_index.shape != scores.shape:
         raise ValueError(f"group_index must be [B]={tuple(scores.shape)}, got {tuple(group_index.shape)}")
     check_same_shape(mask=mask, token_rewards=token_rewards, values=values)
+    if baseline_scores is not None and baseline_scores.shape != scores.shape:
+        raise ValueError(f"baseline_scores must be [B]={tuple(scores.shape)}, got {tuple(baseline_scores.shape)}")
     return ADV_ESTIMATORS[name](
         scores=scores.float(),
         mask=mask,
@@ -66,6 +80,8 @@ def compute_advantages(
         lam=lam,
         norm_by_std=norm_by_std,
         eps=eps,
+        baseline_scores=None if baseline_scores is None else baseline_scores.float(),
+        pass_k=pass_k,
     )
 
 
@@ -130,19 +146,34 @@ def _token_rewards_or_scores(token_rewards: Optional[Tensor], scores: Tensor, ma
     return scores_to_token_rewards(scores, mask) if token_rewards is None else masked_fill_zero(token_rewards, mask)
 
 
+def sequence_rewards(scores: Tensor, token_rewards: Optional[Tensor], mask: Tensor) -> Tensor:
+    """Each response's reward [B]: its score, or with ``token_rewards`` their sum over its valid tokens
+    (score minus kl_coef * its summed KL for ``kl_shaped_token_rewards``)."""
+    return scores if token_rewards is None else masked_fill_zero(token_rewards, mask).sum(dim=-1)
+
+
 # ----------------------------------------------------------------------------- estimators
 
 
 @register_adv_estimator("grpo")
 def grpo_advantages(
-    *, scores: Tensor, mask: Tensor, group_index: Tensor, norm_by_std: bool = True, eps: float = 1e-6, **unused
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    group_index: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    **unused,
 ) -> Tuple[Tensor, Tensor]:
-    """GRPO: A_i = (s_i - mean_group) / (std_group + eps) on every token; ``norm_by_std=False`` drops the std.
+    """GRPO: A_i = (R_i - mean_group) / (std_group + eps) on every token; ``norm_by_std=False`` drops the std.
 
-    A group of one, or a group whose scores are all equal, gets advantage 0. Returns equal advantages.
+    R_i is the score, or the sum of the response's ``token_rewards`` when given (``sequence_rewards``).
+    A group of one, or a group whose rewards are all equal, gets advantage 0. Returns equal advantages.
     """
-    mean, std, _ = group_mean_std(scores, group_index)
-    adv = scores - mean
+    rewards = sequence_rewards(scores, token_rewards, mask)
+    mean, std, _ = group_mean_std(rewards, group_index)
+    adv = rewards - mean
     if norm_by_std:
         adv = adv / (std + eps)
     adv_tokens = _broadcast(adv, mask)
@@ -150,20 +181,28 @@ def grpo_advantages(
 
 
 @register_adv_estimator("drgrpo")
-def drgrpo_advantages(*, scores: Tensor, mask: Tensor, group_index: Tensor, **unused) -> Tuple[Tensor, Tensor]:
-    """Dr.GRPO: A_i = s_i - mean_group (GRPO without the std division, whatever ``norm_by_std`` says)."""
-    return grpo_advantages(scores=scores, mask=mask, group_index=group_index, norm_by_std=False)
+def drgrpo_advantages(
+    *, scores: Tensor, mask: Tensor, group_index: Tensor, token_rewards: Optional[Tensor] = None, **unused
+) -> Tuple[Tensor, Tensor]:
+    """Dr.GRPO: A_i = R_i - mean_group (GRPO without the std division, whatever ``norm_by_std`` says)."""
+    return grpo_advantages(
+        scores=scores, mask=mask, group_index=group_index, token_rewards=token_rewards, norm_by_std=False
+    )
 
 
 @register_adv_estimator("rloo")
-def rloo_advantages(*, scores: Tensor, mask: Tensor, group_index: Tensor, **unused) -> Tuple[Tensor, Tensor]:
-    """RLOO: A_i = s_i - mean of the other n-1 scores of its group = n/(n-1) * (s_i - mean_group).
+def rloo_advantages(
+    *, scores: Tensor, mask: Tensor, group_index: Tensor, token_rewards: Optional[Tensor] = None, **unused
+) -> Tuple[Tensor, Tensor]:
+    """RLOO: A_i = R_i - mean of the other n-1 rewards of its group = n/(n-1) * (R_i - mean_group).
 
-    A group of one has no other sample to compare with: advantage 0.
+    R_i is the score, or with ``token_rewards`` their sum: s_i - kl_coef * sum_t kl_t, RLOO's KL-penalised
+    reward inside the leave-one-out. A group of one has no other sample to compare with: advantage 0.
     """
-    mean, _, counts = group_mean_std(scores, group_index)
-    n = counts.to(scores.dtype)
-    adv = torch.where(counts > 1, (scores - mean) * n / (n - 1).clamp(min=1), torch.zeros_like(scores))
+    rewards = sequence_rewards(scores, token_rewards, mask)
+    mean, _, counts = group_mean_std(rewards, group_index)
+    n = counts.to(rewards.dtype)
+    adv = torch.where(counts > 1, (rewards - mean) * n / (n - 1).clamp(min=1), torch.zeros_like(rewards))
     adv_tokens = _broadcast(adv, mask)
     return adv_tokens, adv_tokens.clone()
 
@@ -242,3 +281,75 @@ def gae_advantages(
     raw_adv = masked_fill_zero(raw_adv, mask)
     returns = masked_fill_zero(raw_adv + values, mask)
     return masked_whiten(raw_adv, mask, eps), returns
+
+
+@register_adv_estimator("remax")
+def remax_advantages(
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    baseline_scores: Optional[Tensor] = None,
+    **unused,
+) -> Tuple[Tensor, Tensor]:
+    """ReMax (Li et al., 2023): A_i = R_i - b_i on every token, b_i the reward of the greedy response to
+    response i's prompt (``baseline_scores`` [B]); R_i as in ``sequence_rewards``. Returns equal advantages."""
+    if baseline_scores is None:
+        raise ValueError("the 'remax' advantage estimator needs baseline_scores [B]: the greedy response's reward "
+                         "for each response's prompt")
+    adv_tokens = _broadcast(sequence_rewards(scores, token_rewards, mask) - baseline_scores, mask)
+    return adv_tokens, adv_tokens.clone()
+
+
+def _comb(n: Tensor, k: int) -> Tensor:
+    """C(n, k) elementwise for a float tensor n >= 0 (0 where n < k), exact for the small n of a group."""
+    out = torch.ones_like(n)
+    for j in range(k):
+        out = out * (n - j).clamp(min=0) / (j + 1)
+    return out
+
+
+@register_adv_estimator("pass_at_k")
+def pass_at_k_advantages(
+    *,
+    scores: Tensor,
+    mask: Tensor,
+    group_index: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    pass_k: int = 1,
+    eps: float = 1e-6,
+    **unused,
+) -> Tuple[Tensor, Tensor]:
+    """Pass@k advantage (Chen et al., 2025, "Pass@k Training", analytical form) for 0/1 scores.
+
+    A group of N responses with N_pos correct (N_neg = N - N_pos) is scored as the mean over all its
+    size-k subsets of max(scores in the subset), each subset's reward normalised by the subsets' mean
+    R = 1 - C(N_neg, k) / C(N, k) and std sigma = sqrt(R (1 - R)); a response's advantage is the mean over the
+    subsets containing it:
+      correct:   A = (1 - R) / sigma
+      incorrect: A = (1 - R - C(N_neg - 1, k - 1) / C(N - 1, k - 1)) / sigma
+    k = 1 is GRPO with the population std. An all-correct or all-wrong group gets 0; a group smaller than k
+    (no size-k subset) is refused.
+    """
+    if token_rewards is not None:
+        raise ValueError("the 'pass_at_k' advantage estimator counts 0/1 scores and cannot use KL-shaped token "
+                         "rewards; put the KL in the loss (algorithm.use_kl_loss) instead of algorithm.kl_in_reward")
+    if not bool(((scores == 0) | (scores == 1)).all()):
+        raise ValueError("the 'pass_at_k' advantage estimator needs scores of exactly 0 or 1 (correct or not); got "
+                         f"{sorted(set(scores.tolist()))[:5]} (reward shaping such as algorithm.overlong_buffer "
+                         "makes them fractional)")
+    _, inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
+    if pass_k < 1 or int(counts.min()) < pass_k:
+        raise ValueError(f"pass_at_k needs 1 <= k <= group size; got k={pass_k}, smallest group {int(counts.min())}")
+    n = counts.to(scores.dtype)
+    n_pos = torch.zeros_like(n).index_add_(0, inverse, scores)
+    n_neg = n - n_pos
+    group_reward = 1 - _comb(n_neg, pass_k) / _comb(n, pass_k)
+    sigma = (group_reward * (1 - group_reward)).clamp(min=0).sqrt()
+    miss_share = _comb(n_neg - 1, pass_k - 1) / _comb(n - 1, pass_k - 1)  # subsets with i that are all wrong
+    adv_pos = (1 - group_reward) / (sigma + eps)
+    adv_neg = (1 - group_reward - miss_share) / (sigma + eps)
+    adv = torch.where(scores == 1, adv_pos[inverse], adv_neg[inverse])
+    adv = torch.where(sigma[inverse] > 0, adv, torch.zeros_like(adv))
+    adv_tokens = _broadcast(adv, mask)
+    return adv_tokens, adv_tokens.clone()

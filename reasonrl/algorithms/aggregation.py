@@ -11,7 +11,6 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def check_same_shape(**tensors: Tensor) -> None:
@@ -75,11 +74,39 @@ def _seq_mean_token_sum_norm(loss_mat: Tensor, mask: Tensor, norm_length: Option
     return per_seq.mean()
 
 
+def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor, norm_length: Optional[int]) -> Tensor:
+    """Each sequence's token sum, then mean over the sequences that have a valid token (longer answers weigh
+    more, in proportion to their length)."""
+    per_seq = masked_sum(loss_mat, mask, dim=-1)
+    has_tokens = mask.bool().any(dim=-1)
+    return masked_mean(per_seq, has_tokens)
+
+
 _AGGREGATORS: Dict[str, Callable[[Tensor, Tensor, Optional[int]], Tensor]] = {
     "token-mean": _token_mean,
     "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
     "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
 }
+LOSS_AGG_MODES = tuple(_AGGREGATORS)
+"""The names ``aggregate_loss`` accepts."""
+
+
+def agg_denominator(mask: Tensor, mode: str) -> Tensor:
+    """What ``aggregate_loss`` divides by for these rows (a 0-d tensor): valid tokens (token-mean), rows with a
+    valid token (seq-mean-token-mean, seq-mean-token-sum) or all rows (seq-mean-token-sum-norm).
+
+    A mini-batch split into micro-batches gives the mini-batch's loss when each micro-batch's loss is weighted
+    by its share of this denominator.
+    """
+    if mode not in _AGGREGATORS:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {LOSS_AGG_MODES}")
+    valid = mask.bool()
+    if mode == "token-mean":
+        return valid.sum()
+    if mode == "seq-mean-token-sum-norm":
+        return torch.tensor(valid.shape[0], device=valid.device)
+    return valid.any(dim=-1).sum()
 
 
 def aggregate_loss(
@@ -90,6 +117,7 @@ def aggregate_loss(
     Modes:
       * ``token-mean``: sum over valid tokens / number of valid tokens (longer answers weigh more).
       * ``seq-mean-token-mean``: per-sequence token mean, then mean over non-empty sequences.
+      * ``seq-mean-token-sum``: per-sequence token sum, then mean over non-empty sequences.
       * ``seq-mean-token-sum-norm``: per-sequence token sum / ``norm_length`` (the max response
         length; defaults to T), then mean over all B sequences — the constant normaliser of Dr.GRPO.
     """

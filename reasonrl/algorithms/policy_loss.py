@@ -1,6 +1,10 @@
 """Policy-gradient losses, selected by name: ``policy_loss("ppo_clip", log_probs=..., ...)``.
 
-Both losses minimise the clipped surrogate  max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))
+The registry (``POLICY_LOSSES``) also holds each loss's extra hyper-parameters with their defaults
+(``POLICY_LOSS_OPTIONS``; ``algorithm.policy_loss_options``). The losses of this module take none; CISPO,
+SAPO and GMPO live in ``policy_loss_variants``, Clip-Cov and KL-Cov in ``covariance_losses``.
+
+These two losses minimise the clipped surrogate  max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))
 per token and aggregate it with ``aggregate_loss``:
   * ``ppo_clip``: token-level ratio pi/pi_old, asymmetric clip range (DAPO clip-higher) and, for negative
     advantages, the dual clip that bounds the loss by -A * clip_dual (Ye et al., 2020).
@@ -14,6 +18,7 @@ Metrics (floats): ``actor/clip_frac`` (share of valid tokens whose loss is the c
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -26,18 +31,47 @@ LOG_RATIO_CLAMP = 20.0
 
 PolicyLossFn = Callable[..., Tuple[Tensor, Dict[str, float]]]
 POLICY_LOSSES: Dict[str, PolicyLossFn] = {}
+POLICY_LOSS_OPTIONS: Dict[str, Dict[str, float]] = {}
+"""loss name -> {option: default} (empty for a loss without options)."""
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator that adds a loss to ``POLICY_LOSSES`` under ``name``."""
+def register_policy_loss(
+    name: str, options: Optional[Dict[str, float]] = None
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator that adds a loss to ``POLICY_LOSSES`` under ``name``.
+
+    ``options`` declares the loss's extra hyper-parameters with their defaults; a loss that declares any is
+    called with ``options=`` (a dict holding every declared option), one without is not.
+    """
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = fn
+        POLICY_LOSS_OPTIONS[name] = dict(options or {})
         return fn
 
     return decorator
+
+
+def resolve_policy_loss_options(name: str, given: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    """The options ``name`` runs with: its declared defaults updated by ``given``.
+
+    Raises ``ValueError`` naming the loss and its allowed options for an option it does not declare, and for
+    a value that is not a finite number.
+    """
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}")
+    allowed = POLICY_LOSS_OPTIONS[name]
+    resolved = dict(allowed)
+    for key, value in (given or {}).items():
+        if key not in allowed:
+            listing = ", ".join(sorted(allowed)) if allowed else "none"
+            raise ValueError(f"policy loss {name!r} has no option {key!r}; its options: {listing}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"policy loss {name!r} option {key!r} must be a finite number, got {value!r}")
+        resolved[key] = float(value)
+    return resolved
 
 
 def policy_loss(
@@ -53,19 +87,21 @@ def policy_loss(
     agg_mode: str = "token-mean",
     norm_length: Optional[int] = None,
     is_weights: Optional[Tensor] = None,
+    options: Optional[Dict[str, float]] = None,
 ) -> Tuple[Tensor, Dict[str, float]]:
     """Run the policy loss registered as ``name``; returns (scalar loss, metrics).
 
     ``is_weights`` [B, T] (e.g. truncated importance weights, see ``importance.tis_weights``)
-    multiply the per-token loss; they carry no gradient.
+    multiply the per-token loss; they carry no gradient. ``options``: the loss's extra hyper-parameters
+    (``algorithm.policy_loss_options``), checked by ``resolve_policy_loss_options``.
     """
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}")
+    resolved = resolve_policy_loss_options(name, options)
     check_same_shape(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask, is_weights=is_weights
     )
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low} and {clip_high}")
+    extra = {"options": resolved} if POLICY_LOSS_OPTIONS[name] else {}
     return POLICY_LOSSES[name](
         log_probs=log_probs,
         old_log_probs=old_log_probs,
@@ -77,6 +113,7 @@ def policy_loss(
         agg_mode=agg_mode,
         norm_length=norm_length,
         is_weights=is_weights,
+        **extra,
     )
 
 
@@ -101,7 +138,7 @@ def clipped_surrogate(
     return loss, is_clipped, is_dual
 
 
-def _finish(
+def finish_policy_loss(
     loss_mat: Tensor,
     is_clipped: Tensor,
     is_dual: Tensor,
@@ -111,7 +148,7 @@ def _finish(
     norm_length: Optional[int],
     is_weights: Optional[Tensor],
 ) -> Tuple[Tensor, Dict[str, float]]:
-    """Weight, aggregate and measure a per-token policy loss."""
+    """Weight by ``is_weights``, aggregate and measure a per-token policy loss; returns (loss, metrics)."""
     if is_weights is not None:
         loss_mat = loss_mat * is_weights.detach()
     loss = aggregate_loss(loss_mat, mask, agg_mode, norm_length)
@@ -142,7 +179,7 @@ def ppo_clip_loss(
     log_ratio = masked_fill_zero(log_probs - old_log_probs.detach(), mask)
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     loss_mat, is_clipped, is_dual = clipped_surrogate(ratio, advantages, clip_low, clip_high, clip_dual)
-    return _finish(loss_mat, is_clipped, is_dual, log_ratio, mask, agg_mode, norm_length, is_weights)
+    return finish_policy_loss(loss_mat, is_clipped, is_dual, log_ratio, mask, agg_mode, norm_length, is_weights)
 
 
 def sequence_log_ratio(log_probs: Tensor, old_log_probs: Tensor, mask: Tensor) -> Tensor:
@@ -178,4 +215,4 @@ def gspo_loss(
     ratio = torch.exp(seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     loss_mat, is_clipped, is_dual = clipped_surrogate(ratio, advantages, clip_low, clip_high, clip_dual=0.0)
     token_log_ratio = masked_fill_zero(log_probs - old_log_probs, mask)
-    return _finish(loss_mat, is_clipped, is_dual, token_log_ratio, mask, agg_mode, norm_length, is_weights)
+    return finish_policy_loss(loss_mat, is_clipped, is_dual, token_log_ratio, mask, agg_mode, norm_length, is_weights)

@@ -72,6 +72,10 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         raise ConfigError(f"config key 'algorithm': unknown algorithm {algorithm!r}; "
                           f"known: {', '.join(sorted(ALGORITHM_PRESETS))} (or set algorithm.<field>=...)")
     user = [(k, v) for k, v in pairs if k not in ("task", "algorithm")]
+    if any(k == "algorithm.kl_estimator" for k, _ in user):
+        raise ConfigError("config key 'algorithm.kl_estimator' was split in two: set algorithm.kl_loss_estimator "
+                          "(the KL in the loss, default k3) and/or algorithm.kl_reward_estimator (the KL in the "
+                          "reward, default k1)")
 
     cfg = OmegaConf.structured(Config)
     cfg = _merge(cfg, {"task": task}, "task")
@@ -129,9 +133,7 @@ def validate(cfg: Config) -> None:
     need(cfg.trainer.profile in ("auto", "cpu", "none"), "trainer.profile", "must be auto, cpu or none")
     need(cfg.model.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
          "must be auto, float32, bfloat16 or float16")
-    need(cfg.algorithm.loss_agg_mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
-         "algorithm.loss_agg_mode", "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm")
-    need(cfg.algorithm.kl_estimator in ("k1", "k2", "k3"), "algorithm.kl_estimator", "must be k1, k2 or k3")
+    _validate_algorithm(cfg, need)
     need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
     need(not (cfg.algorithm.tis_mode != "off" and cfg.rollout.logprobs is False), "rollout.logprobs",
          f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
@@ -155,6 +157,37 @@ def validate(cfg: Config) -> None:
          "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
+
+
+def _validate_algorithm(cfg: Config, need) -> None:
+    """Names in algorithm.* against the registries of reasonrl.algorithms (so a registered plugin is accepted),
+    and the policy loss's options against what that loss declares."""
+    from reasonrl import algorithms as algs  # torch: imported only when a config is validated
+
+    alg = cfg.algorithm
+
+    def one_of(value: str, names, key: str) -> None:
+        need(value in names, key, f"unknown {value!r}; choose one of {', '.join(sorted(names))}")
+
+    one_of(alg.adv_estimator, algs.ADV_ESTIMATORS, "algorithm.adv_estimator")
+    one_of(alg.policy_loss, algs.POLICY_LOSSES, "algorithm.policy_loss")
+    one_of(alg.loss_agg_mode, algs.LOSS_AGG_MODES, "algorithm.loss_agg_mode")
+    one_of(alg.kl_loss_estimator, algs.KL_ESTIMATORS, "algorithm.kl_loss_estimator")
+    one_of(alg.kl_reward_estimator, algs.KL_ESTIMATORS, "algorithm.kl_reward_estimator")
+    one_of(alg.kl_ctrl, algs.KL_CONTROLLERS, "algorithm.kl_ctrl")
+    if alg.kl_ctrl == "adaptive":  # the rule is multiplicative: a coefficient of 0, or no KL term, never moves
+        need(alg.kl_coef > 0 and (alg.use_kl_loss or alg.kl_in_reward), "algorithm.kl_ctrl",
+             "adaptive needs algorithm.kl_coef > 0 and a KL term (algorithm.use_kl_loss or algorithm.kl_in_reward)")
+    try:
+        algs.resolve_policy_loss_options(alg.policy_loss, dict(alg.policy_loss_options))
+    except ValueError as exc:
+        need(False, "algorithm.policy_loss_options", str(exc))
+    if alg.adv_estimator == "pass_at_k":
+        need(alg.pass_k <= cfg.rollout.n, "algorithm.pass_k", f"must not exceed rollout.n ({cfg.rollout.n})")
+        need(not alg.kl_in_reward, "algorithm.kl_in_reward",
+             "must be false with adv_estimator=pass_at_k (it counts 0/1 scores); use algorithm.use_kl_loss")
+        need(alg.overlong_buffer == 0, "algorithm.overlong_buffer",
+             "must be 0 with adv_estimator=pass_at_k (the overlong penalty makes scores fractional)")
 
 
 def parse_interval(text: str) -> Tuple[float, float, bool, bool]:

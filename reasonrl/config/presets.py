@@ -23,6 +23,19 @@ ALGORITHM_PRESETS: Dict[str, Dict[str, Any]] = {
              "kl_coef": 0.0, "loss_agg_mode": "token-mean", "dynamic_sampling": True, "overlong_buffer": 64},
     "gspo": {"adv_estimator": "grpo", "policy_loss": "gspo", "clip_ratio_low": 0.0003, "clip_ratio_high": 0.0004,
              "loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": False, "kl_coef": 0.0},
+    # The losses and estimators below: docs/algorithms.md names each one's paper and what the preset takes from it.
+    "cispo": {"adv_estimator": "grpo", "policy_loss": "cispo", "clip_ratio_high": 0.28, "loss_agg_mode": "token-mean",
+              "use_kl_loss": False, "kl_coef": 0.0},
+    "sapo": {"adv_estimator": "grpo", "policy_loss": "sapo", "loss_agg_mode": "seq-mean-token-mean",
+             "use_kl_loss": False, "kl_coef": 0.0},
+    "gmpo": {"adv_estimator": "grpo", "policy_loss": "gmpo", "clip_ratio_low": 0.4, "clip_ratio_high": 0.4,
+             "loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": False, "kl_coef": 0.0},
+    "clip_cov": {"adv_estimator": "grpo", "policy_loss": "clip_cov", "loss_agg_mode": "token-mean",
+                 "use_kl_loss": False, "kl_coef": 0.0},
+    "kl_cov": {"adv_estimator": "grpo", "policy_loss": "kl_cov", "loss_agg_mode": "token-mean",
+               "use_kl_loss": False, "kl_coef": 0.0},
+    "remax": {"adv_estimator": "remax", "use_kl_loss": False, "kl_coef": 0.0},
+    "pass_at_k": {"adv_estimator": "pass_at_k", "pass_k": 4},
 }
 
 # With no GPU and no sizes given: a first step of the default command ends within minutes on 2 cores.

@@ -252,10 +252,11 @@ class ActorRolloutRefWorker:
                                                  advantages=mb["advantages"], mask=mask,
                                                  clip_low=alg.clip_ratio_low, clip_high=alg.clip_ratio_high,
                                                  clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
-                                                 norm_length=norm_length, is_weights=is_w)
+                                                 norm_length=norm_length, is_weights=is_w,
+                                                 options=dict(alg.policy_loss_options))
                     loss = pg
                     if alg.use_kl_loss and "ref_log_probs" in mb:
-                        kl = aggregate_loss(kl_penalty(lp, mb["ref_log_probs"], alg.kl_estimator), mask,
+                        kl = aggregate_loss(kl_penalty(lp, mb["ref_log_probs"], alg.kl_loss_estimator), mask,
                                             alg.loss_agg_mode, norm_length)
                         loss = loss + alg.kl_coef * kl
                         add("actor/kl_loss", kl.item())
