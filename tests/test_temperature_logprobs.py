@@ -151,6 +151,29 @@ def test_fused_gradients_at_temperature_equal_the_full_logits_gradients():
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_bfloat16_fused_and_full_logits_agree_at_temperature():
+    """bf16 compute (as on the GPU): at T = 0.7 the fused path (float32 division inside each chunk, forward and
+    backward) matches the full-logits path (bf16 logits, divided in float32) up to bf16 rounding, as at T = 1
+    (tests/test_fused_logprob.py, same tolerances)."""
+    model = tiny_model().to(torch.bfloat16)
+    ids, mask, pos, resp, rmask = padded_batch()
+    out = []
+    for fused in (False, True):
+        model.zero_grad(set_to_none=True)
+        lp, ent = response_log_probs(model, ids, mask, pos, resp, with_entropy=True, chunk_size=5, fused=fused,
+                                     temperature=0.7)
+        ((lp + 0.3 * ent) * rmask).sum().backward()
+        out.append((lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                                if p.grad is not None}))
+    (lp0, ent0, g0), (lp1, ent1, g1) = out
+    assert lp1.dtype == torch.float32
+    torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-3)
+    torch.testing.assert_close(ent1, ent0, rtol=0, atol=1e-3)
+    for name in g0:
+        cosine = torch.nn.functional.cosine_similarity(g1[name].float().flatten(), g0[name].float().flatten(), dim=0)
+        assert cosine > 0.999, (name, cosine)
+
+
 # ----------------------------------------------------------------------------- the worker and the hf engine
 
 

@@ -67,18 +67,16 @@ def _scaled_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: f
         log_probs = log_probs_from_logits(logits, labels, chunk_size=chunk_size)
         return log_probs, (entropy_from_logits(logits, chunk_size=chunk_size) if with_entropy else None)
     flat, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    step = chunk_size if chunk_size > 0 else max(flat.shape[0], 1)
+    rows = flat.shape[0]
+    step = max(chunk_size if chunk_size > 0 else rows, 1)
     lp_parts, ent_parts = [], []
-    for start in range(0, flat.shape[0], step):
+    for start in range(0, max(rows, 1), step):  # no rows: one empty chunk, so the results keep their shape
         scaled = flat[start:start + step].float() / temperature
         lp_parts.append(log_probs_from_logits(scaled, flat_labels[start:start + step]))
         if with_entropy:
             ent_parts.append(entropy_from_logits(scaled))
-    log_probs = torch.cat(lp_parts).reshape(labels.shape) if lp_parts else labels.new_zeros(labels.shape,
-                                                                                           dtype=torch.float32)
-    if not with_entropy:
-        return log_probs, None
-    return log_probs, (torch.cat(ent_parts).reshape(labels.shape) if ent_parts else torch.zeros_like(log_probs))
+    log_probs = torch.cat(lp_parts).reshape(labels.shape)
+    return log_probs, (torch.cat(ent_parts).reshape(labels.shape) if with_entropy else None)
 
 
 def fused_lm_head(model) -> Optional[nn.Linear]:

@@ -52,7 +52,8 @@ def support_problem(version: str) -> Optional[str]:
 PROCESSED_LOGPROBS = "processed_logprobs"
 """vLLM's ``logprobs_mode`` under which a sampled token's log-prob is taken from the distribution it was sampled
 from: after temperature, top-k and top-p (and any logits processor), not from the raw logits (vLLM's default,
-``raw_logprobs``). Present with the same name and meaning in 0.26.0 and 0.32.0 (``ModelConfig.logprobs_mode``)."""
+``raw_logprobs``). An engine argument (``ModelConfig.logprobs_mode``) since vLLM 0.10, so in 0.26.0 and 0.32.0
+(read in 0.32.0's sampler; ``engine_kwargs`` checks the installed release for it)."""
 
 
 def supports_logprobs_mode() -> bool:
