@@ -71,8 +71,8 @@ def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager:
     """Keywords for ``vllm.LLM``. On CPU the KV cache is sized in bytes (a set VLLM_CPU_KVCACHE_SPACE, whole GiB,
     overrides it: vLLM still honours the legacy variable); on GPU by a fraction of the device, with sleep mode.
     Sampled-token log-probs are the processed ones (``PROCESSED_LOGPROBS``: at the sampling temperature, as the
-    trainer's are) wherever the release supports the mode; a release without it would report raw ones, so it is
-    refused rather than silently mismatched. On GPU the mode also turns off FlashInfer's top-k/top-p sampler (it
+    trainer's are); a release without the mode would report raw ones, so it is refused rather than silently
+    mismatched. On GPU the mode also turns off FlashInfer's top-k/top-p sampler (it
     cannot return log-probs); vLLM's native PyTorch sampler is used instead."""
     if not supports_logprobs_mode():
         raise RuntimeError("this vLLM has no logprobs_mode engine argument: rollout log-probs would be at "
