@@ -2,6 +2,11 @@
 
 It keeps its own copy of the weights, like vLLM does, so rollout never runs through FSDP collectives (ranks may
 generate different lengths), and new weights arrive through the same ``update_weights`` path as vLLM's.
+
+Sampled-token log-probs come from a second, teacher-forced pass over prompt + response at the sampling temperature
+(greedy: 1), the formula the trainer uses (``reasonrl.models.forward``): log_softmax(logits / T). Top-k and top-p
+are not applied to them (vLLM's processed log-probs include their renormalisation; with the defaults, top_p=1 and
+top_k=-1, the two engines report the same distribution).
 """
 from __future__ import annotations
 
@@ -105,16 +110,23 @@ class HFRolloutEngine:
                     cut, reason = at, "stop"
             token_lists.append(row[:cut])
             reasons.append(reason)
-        logprobs = self.sequence_logprobs(prompts, token_lists) if sampling.logprobs else [[] for _ in token_lists]
+        scoring_temperature = sampling.temperature if sampling.temperature > 0 else 1.0  # greedy: the model's own
+        logprobs = (self.sequence_logprobs(prompts, token_lists, scoring_temperature) if sampling.logprobs
+                    else [[] for _ in token_lists])
         completions = [Completion(t, self.tokenizer.decode(t, skip_special_tokens=True), lp, r)
                        for t, lp, r in zip(token_lists, logprobs, reasons)]
         return [completions[i * sampling.n:(i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
 
     @torch.no_grad()
-    def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
-        """Log-probabilities (temperature 1) of each response token given its prompt, by one teacher-forced pass."""
+    def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]],
+                          temperature: float = 1.0) -> List[List[float]]:
+        """Log-probabilities of each response token given its prompt, by one teacher-forced pass, under
+        softmax(logits / ``temperature``) (> 0; the protocol's call leaves it at 1; ``generate`` passes the
+        sampling temperature)."""
         from reasonrl.algorithms.logprob import log_probs_from_logits
 
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
         result: List[List[float]] = []
         pad = self.tokenizer.pad_token_id
         for start in range(0, len(prompts), self.logprob_micro_batch):
@@ -128,6 +140,8 @@ class HFRolloutEngine:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                 position_ids=pos.to(self.device)).logits[:, pw - 1:-1].float()
+            if temperature != 1.0:
+                logits = logits / temperature
             lp = log_probs_from_logits(logits, ids[:, pw:].to(self.device)).cpu()
             result.extend(lp[i, :len(r)].tolist() for i, r in enumerate(rs))
         return result

@@ -49,13 +49,38 @@ def support_problem(version: str) -> Optional[str]:
     return None
 
 
+PROCESSED_LOGPROBS = "processed_logprobs"
+"""vLLM's ``logprobs_mode`` under which a sampled token's log-prob is taken from the distribution it was sampled
+from: after temperature, top-k and top-p (and any logits processor), not from the raw logits (vLLM's default,
+``raw_logprobs``). An engine argument (``ModelConfig.logprobs_mode``) since vLLM 0.10, so in 0.26.0 and 0.32.0
+(read in 0.32.0's sampler; ``engine_kwargs`` checks the installed release for it)."""
+
+
+def supports_logprobs_mode() -> bool:
+    """Whether the installed vLLM's engine arguments take ``logprobs_mode`` (read from ``EngineArgs``' fields)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return any(f.name == "logprobs_mode" for f in dataclasses.fields(EngineArgs))
+
+
 def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager: bool, max_model_len: int,
                   on_cpu: bool, kv_cache_bytes: int, gpu_memory_utilization: float,
                   enable_sleep_mode: bool) -> Dict[str, Any]:
     """Keywords for ``vllm.LLM``. On CPU the KV cache is sized in bytes (a set VLLM_CPU_KVCACHE_SPACE, whole GiB,
-    overrides it: vLLM still honours the legacy variable); on GPU by a fraction of the device, with sleep mode."""
+    overrides it: vLLM still honours the legacy variable); on GPU by a fraction of the device, with sleep mode.
+    Sampled-token log-probs are the processed ones (``PROCESSED_LOGPROBS``: at the sampling temperature, as the
+    trainer's are); a release without the mode would report raw ones, so it is refused rather than silently
+    mismatched. On GPU the mode also turns off FlashInfer's top-k/top-p sampler (it
+    cannot return log-probs); vLLM's native PyTorch sampler is used instead."""
+    if not supports_logprobs_mode():
+        raise RuntimeError("this vLLM has no logprobs_mode engine argument: rollout log-probs would be at "
+                           f"temperature 1, not the sampling temperature (supported: vLLM {SUPPORTED_VLLM[0]} to "
+                           f"{SUPPORTED_VLLM[1]})")
     kwargs: Dict[str, Any] = dict(model=model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-                                  max_model_len=max_model_len, trust_remote_code=False)
+                                  max_model_len=max_model_len, trust_remote_code=False,
+                                  logprobs_mode=PROCESSED_LOGPROBS)
     if on_cpu:
         kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
     else:
@@ -81,7 +106,8 @@ def sampling_params(n: int, temperature: float, top_p: float, top_k: int, max_to
 
 
 def prompt_logprob_params():
-    """SamplingParams that score the prompt (log-prob of each prompt token given those before it)."""
+    """SamplingParams that score the prompt (log-prob of each prompt token given those before it). Prompt log-probs
+    skip the sampling processors in every ``logprobs_mode``: they are at temperature 1."""
     from vllm import SamplingParams
 
     return SamplingParams(max_tokens=1, prompt_logprobs=0)
@@ -94,8 +120,10 @@ def tokens_prompt(token_ids: Sequence[int]):
 
 
 def sampled_logprobs(completion) -> List[float]:
-    """Per generated token, its raw log-prob (before temperature / top-p / top-k), from a CompletionOutput
-    generated with ``logprobs=0`` (each position holds the sampled token's entry); [] when none were asked for."""
+    """Per generated token, its log-prob under the distribution it was sampled from (the engine runs with
+    ``logprobs_mode=PROCESSED_LOGPROBS``: after temperature, top-k and top-p; greedy samples: the raw logits), from a
+    CompletionOutput generated with ``logprobs=0`` (each position holds the sampled token's entry); [] when none
+    were asked for."""
     steps = completion.logprobs
     if not steps:
         return []

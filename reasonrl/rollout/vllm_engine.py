@@ -110,7 +110,9 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[Completion]]:
-        """For each prompt, ``sampling.n`` completions (token ids, text, sampled-token log-probs, finish reason)."""
+        """For each prompt, ``sampling.n`` completions (token ids, text, sampled-token log-probs, finish reason).
+        The log-probs are vLLM's processed ones (``vllm_compat.PROCESSED_LOGPROBS``): of the distribution each token
+        was sampled from, after temperature, top-k and top-p; for greedy samples, of the raw logits."""
         self._ready_for_use()
         if not prompt_token_ids:
             return []

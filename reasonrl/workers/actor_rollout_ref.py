@@ -32,7 +32,7 @@ from reasonrl.data.batch import Batch
 from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import loss_denominator, micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
-from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
+from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
 from reasonrl.rollout import SLEEP_PARTS, make_rollout_engine, resolve_engine_name
 from reasonrl.rollout.multiturn import ToolRollout
 
@@ -169,8 +169,11 @@ class ActorRolloutRefWorker:
                                   lambda count: all_reduce_max(count, self.device))
 
     def _mb_log_probs(self, model, mb: Batch, with_entropy: bool):
+        """Log-probs (and entropy) of one micro-batch at the rollout's sampling temperature (greedy: 1), the
+        distribution the responses were drawn from: the old, actor and reference log-probs all come from here."""
         return micro_batch_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                     mb["responses"], with_entropy, packed=self.cfg.actor.use_packing)
+                                     mb["responses"], with_entropy, packed=self.cfg.actor.use_packing,
+                                     temperature=training_temperature(self.cfg.rollout.temperature))
 
     def _forward_batches(self, model, batch: Batch, with_entropy: bool, max_tokens: int):
         groups = self._micro_batches(batch, max_tokens)
@@ -185,7 +188,8 @@ class ActorRolloutRefWorker:
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch) -> Batch:
-        """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token."""
+        """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token, at the
+        rollout temperature (``_mb_log_probs``)."""
         self.actor.eval()
         with self.actor_offload.on_device():
             lp, ent = self._forward_batches(self.actor, batch, True, self.cfg.actor.max_tokens_per_micro_batch)
@@ -194,6 +198,8 @@ class ActorRolloutRefWorker:
     @dispatch(SPLIT_BATCH)
     @torch.no_grad()
     def compute_ref_log_probs(self, batch: Batch) -> Batch:
+        """The reference policy's log-probs of the responses (``ref_log_probs``), at the rollout temperature like
+        the actor's, so the KL compares the two at the same temperature."""
         if self.ref is None:
             raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
         with self.ref_offload.on_device():
@@ -335,7 +341,10 @@ class ActorRolloutRefWorker:
     @torch.no_grad()
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Debug: the engine's log-probs of a fixed sequence against the actor's (max/mean abs difference).
-        Every rank runs it (the actor's forward is an FSDP collective); rank 0's numbers are reported."""
+        Every rank runs it (the actor's forward is an FSDP collective); rank 0's numbers are reported. Both sides
+        are at temperature 1, whatever ``rollout.temperature``: the engine scores the sequence as a prompt, and vLLM
+        applies no sampling processing (temperature, top-p/top-k) to prompt log-probs; a weight mismatch shows at
+        any temperature."""
         from reasonrl.rollout.weight_sync import logprob_diff
 
         engine_lp = self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0]
@@ -344,7 +353,7 @@ class ActorRolloutRefWorker:
         self.actor.eval()
         with self.actor_offload.on_device():
             actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
-                                             torch.tensor([list(response_ids)], device=self.device))
+                                             torch.tensor([list(response_ids)], device=self.device), temperature=1.0)
         return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
 
     # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
