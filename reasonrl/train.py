@@ -60,16 +60,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    try:
-        from reasonrl.doctor import check_requirements
-    except ImportError:
-        check_requirements = None
-    if check_requirements is not None:
-        problems = check_requirements(cfg)
-        if problems:
-            for p in problems:
-                print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
-            return 3
+    from reasonrl.doctor import check_requirements
+
+    problems = check_requirements(cfg)
+    if problems:
+        for p in problems:
+            print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
+        return 3
     from reasonrl.datasets import DataError
     from reasonrl.models.loader import ModelNotFoundError
     from reasonrl.trainer.checkpoint import CheckpointError

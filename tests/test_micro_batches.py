@@ -88,7 +88,7 @@ def update_gradient(policy: str, mode: str, *overrides: str):
                          cuda_available=False)
     worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
                                    master_port=free_port(), num_threads=1)
-    metrics = worker._update_actor(batch)  # leaves the mini-batch's gradients on the parameters
+    metrics = worker._update_actor(batch, worker.cfg.algorithm.kl_coef)  # leaves the mini-batch's gradients on the parameters
     grads = {n: p.grad.full_tensor().clone() for n, p in worker.actor.named_parameters() if p.grad is not None}
     return grads, metrics
 

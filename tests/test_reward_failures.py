@@ -161,3 +161,28 @@ def test_train_records_failures_not_accuracy_and_stops_when_they_dominate(tmp_pa
     assert step1["reward/mean"] == 0.0 and step1["reward/accuracy"] == 0.0  # the honest verdicts, not 1.0
     assert step1["actor/optimizer_steps"] >= 1 and step1["actor/skipped_optimizer_steps"] == 0
     assert math.isfinite(step1["actor/grad_norm"]) and math.isfinite(step1["actor/pg_loss"])
+
+
+@pytest.mark.slow
+def test_remax_baseline_and_adaptive_kl_controller_through_the_real_loop(tmp_path, model_path):
+    """ReMax draws one greedy response per prompt (timing_s/baseline_rollout, remax/baseline_reward_mean), and the
+    adaptive KL controller moves the coefficient by the rule: at step 1 the actor is the reference, so the measured KL
+    is ~0 and the error clips to -0.2: kl_coef(2) = 0.05 * (1 - 0.2 * 8 responses / horizon 8) = 0.04, and after step
+    2 (KL far below the target 1.0 after one tiny update) 0.04 * 0.8 = 0.032, which the checkpoint keeps."""
+    out = tmp_path / "run"
+    args = ["task=arith", "algorithm=remax", "algorithm.use_kl_loss=true", "algorithm.kl_coef=0.05",
+            "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=1.0", "algorithm.kl_horizon=8", "rollout.engine=hf",
+            "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=12", "reward.workers=1",
+            "actor.micro_batch_size_per_worker=8", "trainer.total_steps=2", "trainer.save_every=2",
+            "trainer.logger=[jsonl]", f"trainer.output_dir={out}"]
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["timing_s/baseline_rollout"] > 0 and 0.0 <= r["remax/baseline_reward_mean"] <= 1.0
+        assert r["actor/kl"] < 0.8  # far below the target: the error clips at -0.2
+    assert rows[0]["actor/kl_coef"] == pytest.approx(0.05) and rows[1]["actor/kl_coef"] == pytest.approx(0.04)
+    state = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    assert state["kl_ctrl"]["kl_coef"] == pytest.approx(0.032)

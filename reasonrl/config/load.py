@@ -151,6 +151,9 @@ def validate(cfg: Config) -> None:
              "async is not supported with the PPO critic (adv_estimator=gae) yet")
         need(not cfg.algorithm.dynamic_sampling, "trainer.mode",
              "async is not supported with DAPO dynamic sampling yet")
+        need(cfg.algorithm.adv_estimator != "remax", "trainer.mode",
+             "async is not supported with ReMax (adv_estimator=remax: its greedy baseline runs on the engines that are "
+             "generating the next round) yet")
     need(len(cfg.actor.betas) == 2, "actor.betas", f"must be two numbers [beta1, beta2], got {cfg.actor.betas}")
     low_high = cfg.reward.score_range
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],

@@ -58,7 +58,8 @@ class RolloutConfig:
     max_new_tokens: int = 512
     """Most tokens generated per response."""
     temperature: float = 1.0
-    """Sampling temperature for training rollouts."""
+    """Sampling temperature for training rollouts; the trainer's log-probs and entropy are taken at it too (greedy,
+    0, at 1)."""
     top_p: float = 1.0
     """Nucleus sampling mass for training rollouts."""
     top_k: int = -1

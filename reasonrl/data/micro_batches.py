@@ -19,6 +19,8 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 
+from reasonrl.algorithms.aggregation import agg_denominator
+
 
 def fixed_size_groups(rows: int, size: int) -> List[List[int]]:
     """Consecutive runs of ``size`` rows (the last may be shorter)."""
@@ -100,12 +102,5 @@ def restore_order(parts: Sequence[torch.Tensor], groups: Sequence[Sequence[int]]
 
 
 def loss_denominator(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
-    """What ``aggregate_loss`` divides by, for these rows: valid tokens (token-mean), rows with at least one valid
-    token (seq-mean-token-mean), all rows (seq-mean-token-sum-norm)."""
-    if loss_agg_mode == "token-mean":
-        return float(response_mask.sum())
-    if loss_agg_mode == "seq-mean-token-mean":
-        return float(response_mask.bool().any(-1).sum())
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        return float(response_mask.shape[0])
-    raise ValueError(f"unknown loss aggregation mode {loss_agg_mode!r}")
+    """What ``aggregate_loss`` divides by, for these rows (``algorithms.agg_denominator``, as a float)."""
+    return float(agg_denominator(response_mask, loss_agg_mode))

@@ -45,8 +45,9 @@ class Completion:
     text: str
     """Decoded response text (special tokens skipped)."""
     logprobs: List[float]
-    """Log-probability of each generated token under the sampling distribution's model (before temperature);
-    empty when the call asked for none (``SamplingParams.logprobs``)."""
+    """Log-probability of each generated token under the distribution it was sampled from (at the sampling
+    temperature; vLLM also includes the top-p/top-k renormalisation, the hf engine does not); empty when the call
+    asked for none (``SamplingParams.logprobs``)."""
     finish_reason: str
     """"stop" (EOS or a stop token) or "length" (hit ``max_new_tokens``)."""
 

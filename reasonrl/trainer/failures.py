@@ -11,7 +11,7 @@ A step whose every optimizer step was skipped (non-finite gradient norm) trained
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -61,22 +61,22 @@ def without_failed(mask: Tensor, verdicts: Tensor) -> Tensor:
     return mask * verdicts.to(mask.dtype)[:, None]
 
 
-def advantages_over_verdicts(compute: Callable[..., Tuple[Tensor, Tensor]], verdicts: Tensor, *, scores: Tensor,
-                             mask: Tensor, group_index: Tensor, token_rewards: Optional[Tensor] = None,
-                             values: Optional[Tensor] = None, **options: Any) -> Tuple[Tensor, Tensor]:
-    """``compute(scores=..., mask=..., group_index=..., ...)`` over the responses with a verdict only, so a failed
-    response neither takes part in its group's baseline nor in the batch's whitening; it gets advantage and return 0.
-    With every response verdicted this is ``compute`` itself."""
+def advantages_over_verdicts(compute: Callable[..., Tuple[Tensor, Tensor]], verdicts: Tensor, *, mask: Tensor,
+                             **inputs: Any) -> Tuple[Tensor, Tensor]:
+    """``compute(mask=..., **inputs)`` over the responses with a verdict only: every tensor input with one row per
+    response (scores, group_index, token_rewards, values, baseline_scores) is cut to those rows, so a failed response
+    neither takes part in its group's baseline nor in the batch's whitening; it gets advantage and return 0. With every
+    response verdicted this is ``compute`` itself."""
     if bool(verdicts.all()):
-        return compute(scores=scores, mask=mask, group_index=group_index, token_rewards=token_rewards,
-                       values=values, **options)
+        return compute(mask=mask, **inputs)
     keep = verdicts.nonzero().squeeze(-1)
     adv, ret = torch.zeros(mask.shape), torch.zeros(mask.shape)
     if len(keep) == 0:
         return adv, ret
-    pick: Callable[[Optional[Tensor]], Optional[Tensor]] = lambda t: None if t is None else t[keep]
-    sub_adv, sub_ret = compute(scores=scores[keep], mask=mask[keep], group_index=group_index[keep],
-                               token_rewards=pick(token_rewards), values=pick(values), **options)
+    rows = len(verdicts)
+    picked = {k: v[keep] if isinstance(v, Tensor) and v.dim() >= 1 and v.shape[0] == rows else v
+              for k, v in inputs.items()}
+    sub_adv, sub_ret = compute(mask=mask[keep], **picked)
     adv[keep], ret[keep] = sub_adv.to(adv.dtype), sub_ret.to(ret.dtype)
     return adv, ret
 

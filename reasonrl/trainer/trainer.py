@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
-                                 overlong_penalty)
+                                 make_kl_controller, overlong_penalty)
 from reasonrl.config import Config, ConfigError, to_dict, to_yaml
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
@@ -131,6 +131,8 @@ class Trainer:
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
         self.skipped_steps = SkippedStepGuard(cfg.trainer.max_skipped_steps)
+        self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl, cfg.algorithm.kl_coef, cfg.algorithm.kl_target,
+                                          cfg.algorithm.kl_horizon)
         from reasonrl.logging import make_logger  # before the workers: a bad logger fails before any model loads
 
         self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
@@ -190,6 +192,8 @@ class Trainer:
             state = read_trainer_state(ckpt)
             self.step = int(state["step"])
             self.sampler.load_state_dict(state["sampler"])
+            if "kl_ctrl" in state:  # checkpoints from before the controller keep the configured coefficient
+                self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             self.workers.sync_weights()
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
@@ -274,6 +278,11 @@ class Trainer:
             verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
             check_failed_fraction(results, verifiers, cfg.reward.max_failed_fraction, self.step + 1)
             verdicts = verdict_mask(results)  # failed responses: out of the advantages and the loss, counted
+            baseline = None
+            if alg.adv_estimator == "remax":  # ReMax: a greedy response's reward per prompt is the baseline
+                baseline, baseline_ok = self.greedy_baseline(prompts, timer)
+                verdicts &= baseline_ok.repeat_interleave(n)  # no baseline verdict: the group is left out
+                sampling_metrics["remax/baseline_reward_mean"] = float(baseline.mean())
             if not bool(verdicts.all()):
                 batch["loss_mask"] = without_failed(loss_mask(batch), verdicts)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
@@ -294,7 +303,7 @@ class Trainer:
                 with timer("old_log_probs"):
                     batch = batch.union(self.workers.compute_log_probs(batch))
             ref = None
-            if alg.use_kl_loss or alg.kl_in_reward:
+            if passes.ref_log_probs:
                 with timer("ref_log_probs"):
                     batch = batch.union(self.workers.compute_ref_log_probs(batch))
                 ref = batch["ref_log_probs"]
@@ -310,12 +319,14 @@ class Trainer:
                 token_rewards = None
                 if alg.kl_in_reward:
                     token_rewards = kl_shaped_token_rewards(
-                        scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_estimator), mask, alg.kl_coef)
+                        scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_reward_estimator), mask,
+                        self.kl_ctrl.kl_coef)
                 group_index = torch.arange(len(prompts)).repeat_interleave(n)
                 adv, returns = advantages_over_verdicts(
                     lambda **kw: compute_advantages(alg.adv_estimator, **kw), verdicts, scores=scores, mask=mask,
                     group_index=group_index, token_rewards=token_rewards, gamma=alg.gamma, lam=alg.lam,
-                    norm_by_std=alg.norm_by_std, values=batch["values"] if self.critic is not None else None)
+                    norm_by_std=alg.norm_by_std, values=batch["values"] if self.critic is not None else None,
+                    baseline_scores=None if baseline is None else baseline.repeat_interleave(n), pass_k=alg.pass_k)
                 batch["advantages"], batch["returns"] = adv, returns
             with timer("sleep"):
                 self.workers.sleep_engine()
@@ -324,7 +335,7 @@ class Trainer:
                     metrics.update(self.critic.update_critic(batch))
             if self.step >= cfg.critic.warmup_steps or self.critic is None:  # critic warm-up: the actor waits
                 with timer("update_actor"):
-                    update = self.workers.update_actor(batch)
+                    update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
                 self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
                 if not rollout_logprobs_wanted(cfg):  # without the engine's log-probs the mismatch means nothing
                     update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
@@ -337,6 +348,7 @@ class Trainer:
                     self.workers.wake_engine()
             if cfg.rollout.check_weight_sync:
                 metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
+        metrics.update(self.step_kl_coef(metrics, len(batch)))
         metrics.update(self.pool.pop_stats())
         metrics.update(timer.metrics())
         if self.offload:  # parts of the phases above: timing_s/{offload,onload}_{actor,ref,critic}
@@ -355,6 +367,29 @@ class Trainer:
                                       "reason": results[j].info.get("reason", "")}
                                      for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics
+
+    def step_kl_coef(self, metrics: Dict[str, Any], responses: int) -> Dict[str, float]:
+        """``actor/kl_coef`` used this step; with ``algorithm.kl_ctrl=adaptive`` the controller then moves it towards
+        ``kl_target`` from the step's mean per-token KL (``actor/kl``) over ``responses`` samples."""
+        used = self.kl_ctrl.kl_coef
+        if "actor/kl" in metrics:
+            self.kl_ctrl.update(float(metrics["actor/kl"]), responses)
+        return {"actor/kl_coef": used}
+
+    def greedy_baseline(self, prompts: List[Any], timer: PhaseTimer):
+        """ReMax's baseline: one greedy response per prompt, verified. Returns ([P] scores, [P] bool: got a verdict)."""
+        with timer("baseline_rollout"):
+            results = self.generate_verified(prompts, {**self.sampling(validation=True), "temperature": 0.0})
+        return (torch.tensor([r.score for r in results], dtype=torch.float32),
+                torch.tensor([not r.failed for r in results], dtype=torch.bool))
+
+    def generate_verified(self, prompts: List[Any], sampling: Dict[str, Any]) -> List[Any]:
+        """One response per prompt from the engines (padded so every rank gets the same count), verified."""
+        real = len(prompts)
+        padded = prompts + [prompts[-1]] * ((-real) % self.world_size)
+        gen = self.engines.generate(Batch(meta={"prompt_ids": [p.token_ids for p in padded]}), sampling)
+        items = [verify_item(p.row, text, self.cfg.reward) for p, text in zip(prompts, gen["response_text"])]
+        return self.pool.verify_batch(items)
 
     def sample_round(self, timer: PhaseTimer) -> Round:
         """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
@@ -375,22 +410,21 @@ class Trainer:
             self.val_data = PromptDataset(task_files(cfg.task, "val", cfg.data.val_files), self.tokenizer,
                                           cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                           cfg.data.system_prompt, limit=cfg.data.val_limit)
-        scores, correct = [], []
+        results = []
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
         for start in range(0, len(self.val_data), chunk):
             prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
-            real = len(prompts)
-            prompts += [prompts[-1]] * ((-real) % self.world_size)  # every rank gets the same count
-            gen = self.engines.generate(Batch(meta={"prompt_ids": [p.token_ids for p in prompts]}),
-                                        self.sampling(validation=True))
-            items = [verify_item(p.row, text, cfg.reward) for p, text in zip(prompts[:real], gen["response_text"])]
-            for r in self.pool.verify_batch(items):
-                scores.append(r.score)
-                correct.append(bool(r.correct))
-        return {"val/reward_mean": sum(scores) / len(scores), "val/accuracy": sum(correct) / len(correct)}
+            results += self.generate_verified(prompts, self.sampling(validation=True))
+        judged = [r for r in results if not r.failed]
+        out = {"val/failed": float(len(results) - len(judged))}
+        if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
+            out["val/reward_mean"] = sum(r.score for r in judged) / len(judged)
+            out["val/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)
+        return out
 
     def save(self) -> Path:
-        state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size}
+        state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size,
+                 "kl_ctrl": self.kl_ctrl.state_dict()}
         def write_workers(directory: str) -> None:
             self.workers.save_checkpoint(directory)
             if self.critic is not None:

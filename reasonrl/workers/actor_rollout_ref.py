@@ -209,16 +209,17 @@ class ActorRolloutRefWorker:
 
     # ------------------------------------------------------------------ update
     @dispatch(SPLIT_METRICS)
-    def update_actor(self, batch: Batch) -> Dict[str, float]:
+    def update_actor(self, batch: Batch, kl_coef: Optional[float] = None) -> Dict[str, float]:
         """PPO-style update over this rank's share: ``ppo_epochs`` passes over mini-batches, each accumulated over
         micro-batches; the loss is normalised by global (all-rank) token or sequence counts so that any split of the
-        batch across ranks and micro-batches gives the same gradient."""
+        batch across ranks and micro-batches gives the same gradient. ``kl_coef``: the KL loss weight this step (the
+        trainer's KL controller; None: ``algorithm.kl_coef``)."""
         with self.actor_offload.on_device(optimizer=True):
-            metrics = self._update_actor(batch)
+            metrics = self._update_actor(batch, self.cfg.algorithm.kl_coef if kl_coef is None else kl_coef)
             self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
         return metrics
 
-    def _update_actor(self, batch: Batch) -> Dict[str, float]:
+    def _update_actor(self, batch: Batch, kl_coef: float) -> Dict[str, float]:
         a, alg = self.cfg.actor, self.cfg.algorithm
         self.actor.train()
         minis = batch.chunk(self.batch_plan.mini_batches_for(len(batch)))
@@ -264,7 +265,7 @@ class ActorRolloutRefWorker:
                     if alg.use_kl_loss and "ref_log_probs" in mb:
                         kl = aggregate_loss(kl_penalty(lp, mb["ref_log_probs"], alg.kl_loss_estimator), mask,
                                             alg.loss_agg_mode, norm_length)
-                        loss = loss + alg.kl_coef * kl
+                        loss = loss + kl_coef * kl
                         add("actor/kl_loss", kl.item())
                     if need_entropy:
                         ent_loss = aggregate_loss(ent, mask, alg.loss_agg_mode, norm_length)
