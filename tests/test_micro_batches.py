@@ -63,6 +63,7 @@ def test_loss_denominator_by_hand():
     assert loss_denominator(mask, "token-mean") == 3.0            # valid tokens
     assert loss_denominator(mask, "seq-mean-token-mean") == 2.0   # rows with a token (row 1 is empty)
     assert loss_denominator(mask, "seq-mean-token-sum-norm") == 3.0  # all rows
+    assert loss_denominator(mask, "seq-mean-token-sum") == 2.0    # rows with a token, like seq-mean-token-mean
     with pytest.raises(ValueError, match="unknown"):
         loss_denominator(mask, "sum")
 
