@@ -13,7 +13,7 @@ def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> N
     from reasonrl.config import to_yaml
     from reasonrl.config.device_defaults import apply_device_defaults
     from reasonrl.trainer.passes import pass_rows
-    from reasonrl.trainer.trainer import batch_size_table, resolve_device
+    from reasonrl.trainer.run_plan import batch_size_table, resolve_device
 
     device = device or resolve_device(cfg)
     settings = apply_device_defaults(cfg, device)
@@ -50,7 +50,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    from reasonrl.trainer.trainer import Trainer, check_divisibility, resolve_device, world_size_for
+    from reasonrl.trainer.run_plan import check_divisibility, resolve_device, world_size_for
+    from reasonrl.trainer.trainer import Trainer
 
     device = resolve_device(cfg)
     world = world_size_for(cfg, device)

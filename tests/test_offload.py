@@ -243,7 +243,7 @@ def test_actor_worker_with_offload_trains_syncs_and_checkpoints_identically(tmp_
 
 def test_trainer_logs_the_slowest_rank_and_only_with_offload_on():
     from reasonrl.config import load_config
-    from reasonrl.trainer.trainer import offload_enabled, slowest_rank
+    from reasonrl.trainer.run_plan import offload_enabled, slowest_rank
 
     assert slowest_rank([{"timing_s/onload_actor": 0.5, "timing_s/offload_actor": 0.1},
                          {"timing_s/onload_actor": 0.2, "timing_s/offload_actor": 0.3}, {}]) == \

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
                                  make_kl_controller, overlong_penalty)
-from reasonrl.config import Config, ConfigError, to_dict, to_yaml
+from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
@@ -36,66 +36,12 @@ from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_
                        verdict_mask, without_failed)
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
 from .passes import passes_needed
+from .run_plan import (check_context_length, offload_enabled, resolve_device, rollout_logprobs_wanted, slowest_rank,
+                       world_size_for)
 from .watchdog import PhaseWatchdog
 from .streaming import generate_and_verify
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(cfg: Config) -> str:
-    if cfg.trainer.device != "auto":
-        return cfg.trainer.device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def world_size_for(cfg: Config, device: str) -> int:
-    """Actor workers (data-parallel ranks); with trainer.mode=async the rollout workers' GPUs are not counted."""
-    if cfg.trainer.num_workers:
-        return cfg.trainer.num_workers
-    rollout_gpus = cfg.async_rollout.num_rollout_workers if cfg.trainer.mode == "async" else 0
-    return max(1, torch.cuda.device_count() - rollout_gpus) if device == "cuda" else 1
-
-
-def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
-    """The derived sizes printed at start-up (``BatchPlan.table``)."""
-    return BatchPlan.from_config(cfg, world_size).table()
-
-
-def rollout_logprobs_wanted(cfg: Config) -> bool:
-    """Whether training rollouts ask the engine for log-probs (``rollout.logprobs``; None: only when TIS or the
-    weight-sync check uses them)."""
-    if cfg.rollout.logprobs is not None:
-        return bool(cfg.rollout.logprobs)
-    return cfg.algorithm.tis_mode != "off" or cfg.rollout.check_weight_sync
-
-
-def offload_enabled(cfg: Config) -> bool:
-    return any((cfg.actor.offload_params, cfg.actor.offload_optimizer, cfg.ref.offload_params,
-                cfg.critic.offload_params, cfg.critic.offload_optimizer))
-
-
-def slowest_rank(per_rank: List[Dict[str, float]]) -> Dict[str, float]:
-    """The largest value of each key over the ranks (a phase lasts as long as its slowest rank)."""
-    out: Dict[str, float] = {}
-    for metrics in per_rank:
-        for k, v in metrics.items():
-            out[k] = max(out.get(k, v), v)
-    return out
-
-
-def check_context_length(cfg: Config, context: Optional[int]) -> None:
-    """ConfigError naming the keys when a prompt and its response cannot fit the model's context (``context``:
-    from its config.json; None: not stated, not checked)."""
-    need = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
-    if context is not None and need > context:
-        raise ConfigError(f"config key 'rollout.max_new_tokens': data.max_prompt_length ({cfg.data.max_prompt_length})"
-                          f" + rollout.max_new_tokens ({cfg.rollout.max_new_tokens}) = {need} exceeds the model's "
-                          f"context of {context} tokens ({cfg.model.path})")
-
-
-def check_divisibility(cfg: Config, world_size: int) -> None:
-    """Every rank gets the same work (``BatchPlan.check``): a ValueError naming the keys otherwise."""
-    BatchPlan.from_config(cfg, world_size).check()
 
 
 class Trainer:
