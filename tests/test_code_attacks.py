@@ -217,3 +217,51 @@ def test_a_harness_killed_after_its_verdict_scores_zero(backend, monkeypatch):
     result = v.verify(fenced(RIGHT_ADD), ADD)
     assert result.info["exit_code"] in (-9, 137), result.info
     assert result.score == 0.0 and "killed by signal 9" in result.info["reason"], result.info
+
+
+# A wrong program must not score by reading what an earlier (right) program left behind. Each channel stores and
+# loads a JSON dict "a,b" -> a + b through one place a run could share with the next.
+CHANNELS = {
+    "dev_shm_file": (
+        "def store(d):\n    open('/dev/shm/answers', 'w').write(json.dumps(d))\n"
+        "def load():\n    return json.load(open('/dev/shm/answers'))\n"),
+    "posix_shm": (
+        "import _posixshmem, mmap\n"
+        "def store(d):\n    fd = _posixshmem.shm_open('/answers', os.O_CREAT | os.O_RDWR, 0o666)\n"
+        "    os.ftruncate(fd, 4096)\n    os.pwrite(fd, json.dumps(d).encode().ljust(4096), 0)\n"
+        "def load():\n    fd = _posixshmem.shm_open('/answers', os.O_RDONLY, 0)\n"
+        "    return json.loads(os.pread(fd, 4096, 0).strip())\n"),
+    "posix_mqueue": (
+        "import ctypes\nrt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+        "def store(d):\n    q = rt.mq_open(b'/answers', os.O_CREAT | os.O_RDWR, 0o666, None)\n"
+        "    data = json.dumps(d).encode()\n    rt.mq_send(q, data, len(data), 0)\n"
+        "def load():\n    q = rt.mq_open(b'/answers', os.O_RDONLY | os.O_NONBLOCK, 0, None)\n"
+        "    buf = ctypes.create_string_buffer(1 << 16)\n    n = rt.mq_receive(q, buf, len(buf), None)\n"
+        "    d = json.loads(buf.raw[:n])\n    store(d)\n    return d\n"),
+    "sysv_shm": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "def segment(size, flags):\n    sid = libc.shmget(0x5EED, size, flags)\n    if sid < 0:\n"
+        "        raise OSError(ctypes.get_errno(), 'shmget')\n    return libc.shmat(sid, None, 0)\n"
+        "def store(d):\n    addr = segment(4096, 0o1666)\n"
+        "    ctypes.memmove(addr, json.dumps(d).encode() + b'\\0', len(json.dumps(d)) + 1)\n"
+        "def load():\n    addr = segment(0, 0)\n"
+        "    return json.loads(ctypes.string_at(addr))\n"),
+}
+PLANT_WHILE_RIGHT = ("answers = {}\ndef add(a, b):\n    answers[f'{a},{b}'] = a + b\n    try:\n        store(answers)\n"
+                     "    except Exception:\n        pass\n    return a + b\n")
+READ_LEFTOVERS = "def add(a, b):\n    try:\n        return load()[f'{a},{b}']\n    except Exception:\n        return 0\n"
+PLANT_AT_IMPORT = "try:\n    store({'1,2': 3, '2,5': 7, '-1,4': 3})\nexcept Exception:\n    pass\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_a_wrong_program_cannot_read_what_an_earlier_right_one_left(backend, channel):
+    v = get_verifier("code", sandbox=backend, timeout_s=4)  # docker: one warm container, so the runs share it
+    prelude = "import json, os\n" + CHANNELS[channel]
+    assert v.verify(fenced(prelude + PLANT_WHILE_RIGHT), ADD).score == 1.0
+    cheat = v.verify(fenced(prelude + READ_LEFTOVERS), ADD)
+    assert cheat.score == 0.0, cheat.info
+    # within one run the channel works (so the zero above is the reset's doing), except System V IPC under bwrap,
+    # which the sandbox takes away (ENOSYS)
+    control = v.verify(fenced(prelude + PLANT_AT_IMPORT + READ_LEFTOVERS), ADD)
+    assert control.score == (0.0 if (backend, channel) == ("bwrap", "sysv_shm") else 1.0), control.info
