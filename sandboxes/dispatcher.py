@@ -71,9 +71,12 @@ def sysv_objects():
     return found
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once; the forked helpers inherit it
+
+
 def remove_sysv_objects():
     """IPC_RMID every System V object (allowed to its creator: call this as the job uid)."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = LIBC
     for table, ident in sysv_objects():
         if table == "shm":
             libc.shmctl(ident, IPC_RMID, None)
