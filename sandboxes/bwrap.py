@@ -236,8 +236,9 @@ class BwrapSandbox:
         return result
 
     def _host_work_dir(self, files: Dict[str, bytes], uid: int, gid: int) -> str:
-        """A host directory bound as /work when files must be read back (not size-limited beyond RLIMIT_FSIZE)."""
-        root = tempfile.mkdtemp(prefix="reasonrl-bwrap-")
+        """A host directory bound as /work when files must be read back: sized per file only (RLIMIT_FSIZE), so it
+        is made on disk (``/var/tmp``), never in the host's memory should its ``/tmp`` be a tmpfs."""
+        root = tempfile.mkdtemp(prefix="reasonrl-bwrap-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
         for d in parent_dirs(files):
             os.makedirs(os.path.join(root, d), exist_ok=True)
         for path, data in files.items():
