@@ -202,3 +202,40 @@ libc.shmdt(ctypes.c_void_p(addr))
     after = run_json(box, MEMORY_PROBE)
     assert during - before >= 300 * MiB, (before, during)  # charged: 324 MiB written, minus noise
     assert after - before <= 32 * MiB, (before, during, after)  # and freed
+
+
+# Each child tries System V shared memory through an ABI other than the native one, and the parent prints how the
+# child ended: by the filter's SIGSYS (31), not with a segment. x32: syscall number 0x40000000 | 29 (shmget);
+# 32-bit: machine code "mov eax, 117 (ipc); mov ebx, 23 (SHMGET); mov ecx, 0 (IPC_PRIVATE); mov edx, 4096;
+# mov esi, 0o1600; int 0x80; ret" in an executable page.
+OTHER_ABIS = r'''
+import ctypes, mmap, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def x32():
+    return libc.syscall(0x40000000 | 29, 0, 4096, 0o1600)
+def i386():
+    code = (b"\xb8" + struct.pack("<I", 117) + b"\xbb" + struct.pack("<I", 23) + b"\xb9" + struct.pack("<I", 0)
+            + b"\xba" + struct.pack("<I", 4096) + b"\xbe" + struct.pack("<I", 0o1600) + b"\xcd\x80\xc3")
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    return ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
+for name, fn in (("x32", x32), ("i386", i386)):
+    pid = os.fork()
+    if pid == 0:
+        print(name, "returned", fn(), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(name, "signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+print(len(open("/proc/sysvipc/shm").read().splitlines()) - 1, "segments")
+'''
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap: {bwrap_usable()[1]}")
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 and the 32-bit int 0x80 ABI exist on x86_64 only")
+def test_bwrap_system_v_ipc_has_no_door_through_another_abi(boxes):
+    res = boxes("bwrap").run({"main.py": OTHER_ABIS}, ["python3", "main.py"], LIMITS)
+    lines = res.stdout.splitlines()
+    assert "x32 signal 31" in lines and "i386 signal 31" in lines, res.stdout + res.stderr
+    assert lines[-1] == "0 segments", res.stdout
