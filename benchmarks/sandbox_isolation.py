@@ -42,7 +42,8 @@ class BwrapWithoutIsolation(BwrapSandbox):
 
 def dispatcher_without_reset(source: str) -> str:
     """The dispatcher's source with its after-job reset turned into no-ops."""
-    patched = source.replace("def remove_sysv_objects():", "def remove_sysv_objects():\n    return\n\n\ndef _unused_a():")
+    patched = source.replace("def remove_sysv_objects():",
+                             "def remove_sysv_objects():\n    return\n\n\ndef _unused_a():")
     patched = patched.replace("def clear_ipc():", "def clear_ipc():\n    return True\n\n\ndef _unused_b():")
     if patched.count("_unused_") != 2:
         raise SystemExit("sandboxes/dispatcher.py changed: update dispatcher_without_reset")

@@ -61,6 +61,12 @@ def read_head(fd: int, limit: int) -> Tuple[str, bool]:
     return data.decode("utf-8", "replace"), size > limit
 
 
+def msgqueue_bytes() -> int:
+    """``MSGQUEUE_BYTES``, or this process's hard limit if that is lower (raising it would need privilege)."""
+    hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)[1]
+    return MSGQUEUE_BYTES if hard == resource.RLIM_INFINITY else min(MSGQUEUE_BYTES, hard)
+
+
 def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]]:
     """The rlimits a sandboxed program runs under (soft, hard)."""
     pairs = {
@@ -69,7 +75,7 @@ def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]
         resource.RLIMIT_FSIZE: (limits.file_size_mb * MiB, limits.file_size_mb * MiB),
         resource.RLIMIT_NOFILE: (256, 256),
         resource.RLIMIT_CORE: (0, 0),
-        resource.RLIMIT_MSGQUEUE: (MSGQUEUE_BYTES, MSGQUEUE_BYTES),
+        resource.RLIMIT_MSGQUEUE: (msgqueue_bytes(), msgqueue_bytes()),
     }
     if nproc is not None:
         pairs[resource.RLIMIT_NPROC] = (nproc, nproc)

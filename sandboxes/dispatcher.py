@@ -191,6 +191,8 @@ def run_job(job, uid):
     limits = job.get("limits", {})
     timeout = float(limits.get("timeout_s", 10))
     out_limit = int(limits.get("output_bytes", 65536))
+    hard_msgqueue = resource.getrlimit(resource.RLIMIT_MSGQUEUE)[1]  # as sandboxes/common.py's msgqueue_bytes
+    msgqueue = MSGQUEUE_BYTES if hard_msgqueue == resource.RLIM_INFINITY else min(MSGQUEUE_BYTES, hard_msgqueue)
     rlimits = [
         (resource.RLIMIT_CPU, int(limits.get("cpu_s", 10)), int(limits.get("cpu_s", 10)) + 1),
         (resource.RLIMIT_AS, int(limits.get("memory_mb", 512)) * MiB, int(limits.get("memory_mb", 512)) * MiB),
@@ -198,7 +200,7 @@ def run_job(job, uid):
         (resource.RLIMIT_NPROC, int(limits.get("pids", 64)), int(limits.get("pids", 64))),
         (resource.RLIMIT_NOFILE, 256, 256),
         (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_MSGQUEUE, MSGQUEUE_BYTES, MSGQUEUE_BYTES),
+        (resource.RLIMIT_MSGQUEUE, msgqueue, msgqueue),
     ]
     clear_work()
     os.mkdir(JOB_DIR, 0o700)

@@ -7,7 +7,6 @@ tests compare against, reaching the network, forging the verdict, ending the har
 from __future__ import annotations
 
 import os
-import pwd
 import secrets
 import socket
 import stat
@@ -17,6 +16,7 @@ import pytest
 from reasonrl.sandboxes.bwrap import bwrap_usable
 from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.verifiers import get_verifier
+from sandbox_leftovers import leftover_sandbox_processes
 
 BACKENDS = [
     pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
@@ -111,21 +111,6 @@ ATTACKS = {
 }
 
 
-def sandbox_uid_processes():
-    uids = {u.pw_uid for u in pwd.getpwall() if u.pw_name.startswith("reasonrl-sbx")}
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid in uids:
-                    with open(f"/proc/{name}/stat") as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def host_gateway_ip() -> str:
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -156,7 +141,7 @@ def test_attack_scores_zero_and_leaves_everything_healthy(backend, attack, liste
             assert f.read() == TOKEN
     assert stat.S_IMODE(os.stat("/etc/shadow").st_mode) & 0o004 == 0
     if backend == "bwrap":
-        assert not sandbox_uid_processes()  # nothing of the program survived its run
+        assert not leftover_sandbox_processes()  # nothing of the program survived its run
 
     # and the next call works
     good = v.verify(fenced("def add(a, b):\n    return a + b"), ADD)
@@ -193,7 +178,7 @@ def test_a_program_that_attacks_the_harness_scores_zero_even_with_right_answers(
     assert result.score == 0.0 and not result.correct, result.info
     assert reason in result.info["reason"], result.info
     if backend == "bwrap":
-        assert not sandbox_uid_processes()
+        assert not leftover_sandbox_processes()
     # the same program without the attack passes: the zero comes from the attack alone
     assert v.verify(fenced(RIGHT_ADD), ADD).score == 1.0
 
@@ -249,7 +234,8 @@ CHANNELS = {
 }
 PLANT_WHILE_RIGHT = ("answers = {}\ndef add(a, b):\n    answers[f'{a},{b}'] = a + b\n    try:\n        store(answers)\n"
                      "    except Exception:\n        pass\n    return a + b\n")
-READ_LEFTOVERS = "def add(a, b):\n    try:\n        return load()[f'{a},{b}']\n    except Exception:\n        return 0\n"
+READ_LEFTOVERS = ("def add(a, b):\n    try:\n        return load()[f'{a},{b}']\n    except Exception:\n"
+                  "        return 0\n")
 PLANT_AT_IMPORT = "try:\n    store({'1,2': 3, '2,5': 7, '-1,4': 3})\nexcept Exception:\n    pass\n"
 
 

@@ -239,3 +239,25 @@ def test_bwrap_system_v_ipc_has_no_door_through_another_abi(boxes):
     lines = res.stdout.splitlines()
     assert "x32 signal 31" in lines and "i386 signal 31" in lines, res.stdout + res.stderr
     assert lines[-1] == "0 segments", res.stdout
+
+
+# Opens POSIX message queues of the default size (10 messages of 8 KiB: 80 KiB and a little bookkeeping each,
+# charged to RLIMIT_MSGQUEUE at creation) until the kernel refuses; prints how many it got.
+FILL_QUEUES = r'''
+import ctypes, os
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+run = os.urandom(4).hex()  # names of this run's own: an earlier run's queues are not reopened
+made = 0
+while made < 100 and rt.mq_open(f"/q{run}-{made}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+    made += 1
+print(made)
+'''
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_posix_queues_stop_at_their_limit_and_are_freed_after_the_run(backend, boxes):
+    """512 KiB of RLIMIT_MSGQUEUE hold 6 default queues (6 x ~80 KiB = 480 KiB; a 7th would pass 512 KiB). The
+    second run gets as many again: the first run's queues were freed (under docker both runs use one job uid,
+    whose queue bytes would otherwise still be spent)."""
+    box = boxes(backend)
+    assert [run_json(box, FILL_QUEUES) for _ in range(2)] == [6, 6]
