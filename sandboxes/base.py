@@ -25,6 +25,9 @@ class Limits:
     """Largest file the program may write (RLIMIT_FSIZE), in MiB."""
     tmpfs_mb: int = 64
     """Size of the writable work directory (a tmpfs), in MiB."""
+    shm_mb: int = 64
+    """Size of ``/dev/shm`` (POSIX shared memory, a tmpfs), in MiB. For docker, as ``tmpfs_mb``, the backend's
+    own ``limits`` size it once per container."""
     output_bytes: int = 65536
     """stdout and stderr are each truncated to this many bytes."""
 

@@ -11,7 +11,13 @@ so concurrent runs must not share one), then ``prlimit ... bwrap ... -- command`
   namespace (so zombies live at most as long as the run);
 * a read-only root that holds only the interpreter: the debootstrap tree built by ``.ci/setup_sandboxes.sh``
   when present, else the host's ``/usr`` (no ``/etc``, ``/home``, ``/root``, ``/tmp`` of the host);
-* a size-limited tmpfs ``/work`` holding only the given files (copied in through memfds);
+* a size-limited tmpfs ``/work`` holding only the given files (copied in through memfds), a size-limited
+  tmpfs ``/dev/shm`` (``Limits.shm_mb``), and ``/dev`` itself read-only: every writable tmpfs has a size, so
+  files held in memory cannot pass ``tmpfs_mb + shm_mb`` (``RLIMIT_AS`` does not count tmpfs pages);
+* a seccomp filter (``seccomp.py``) under which System V ``shmget``/``msgget``/``semget`` fail with ENOSYS:
+  such objects would be charged to no limit of the run; POSIX message queues are capped by ``RLIMIT_MSGQUEUE``;
+* fresh mount and IPC namespaces per run, so no file, segment or queue of one run is seen by the next, and all
+  of them are freed when the run's last process is gone;
 * rlimits on CPU seconds, address space, processes, file size, open files; a wall-clock kill from outside,
   aimed at the namespace's PID 1, that returns only once every process of the run is gone.
 """
@@ -32,12 +38,14 @@ from .base import ExecResult, FileMap, Limits, SandboxError, SandboxUnavailable
 from .common import (MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, prlimit_args,
                      read_back_files, read_head, reap, wait_for)
 from .image import SETUP_HINT, rootfs_dir
+from .seccomp import sysv_ipc_filter
 
 USER_PREFIX = os.environ.get("REASONRL_SANDBOX_USER", "reasonrl-sbx")
 SLOT_DIR = "/run/reasonrl-bwrap"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/work", "LANG": "C.UTF-8",
        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 OVERHEAD_PROCS = 1  # the bwrap process outside the namespaces (prlimit execs into it)
+SECCOMP_FILTER = sysv_ipc_filter()  # None on an architecture without a syscall table in seccomp.py
 KILL_GRACE_S = 30.0  # after SIGKILL to the sandbox's PID 1, how long bwrap may take to follow before it is killed too
 
 
@@ -132,11 +140,16 @@ class BwrapSandbox:
             args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         return args
 
-    def _bwrap_args(self, limits: Limits, file_fds: Dict[str, int], work_bind: Optional[str]) -> List[str]:
+    def _bwrap_args(self, limits: Limits, file_fds: Dict[str, int], work_bind: Optional[str],
+                    seccomp_fd: Optional[int]) -> List[str]:
         args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
                 "--hostname", "sandbox"]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         args += self._root_args()
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(limits.shm_mb * MiB), "--perms", "01777", "--tmpfs", "/dev/shm",
+                 "--remount-ro", "/dev"]  # /dev is a tmpfs too: without this, a file there would have no size
         if work_bind:
             args += ["--bind", work_bind, "/work"]
         else:
@@ -178,9 +191,15 @@ class BwrapSandbox:
             stdin_fd = memfd_with(as_bytes(stdin), "stdin")
             out_fd, err_fd = os.memfd_create("stdout"), os.memfd_create("stderr")
             fds += [stdin_fd, out_fd, err_fd]
-            argv = prlimit_args(limits, nproc) + self._bwrap_args(limits, file_fds, work_bind) + ["--"] + list(command)
-            return self._execute(argv, limits, uid, gid, stdin_fd, out_fd, err_fd, list(file_fds.values()),
-                                 work_bind, read_back)
+            pass_fds = list(file_fds.values())
+            seccomp_fd = None
+            if SECCOMP_FILTER is not None:
+                seccomp_fd = memfd_with(SECCOMP_FILTER, "seccomp")  # bwrap reads it to the end: one per run
+                fds.append(seccomp_fd)
+                pass_fds.append(seccomp_fd)
+            argv = (prlimit_args(limits, nproc) + self._bwrap_args(limits, file_fds, work_bind, seccomp_fd)
+                    + ["--"] + list(command))
+            return self._execute(argv, limits, uid, gid, stdin_fd, out_fd, err_fd, pass_fds, work_bind, read_back)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -217,8 +236,9 @@ class BwrapSandbox:
         return result
 
     def _host_work_dir(self, files: Dict[str, bytes], uid: int, gid: int) -> str:
-        """A host directory bound as /work when files must be read back (not size-limited beyond RLIMIT_FSIZE)."""
-        root = tempfile.mkdtemp(prefix="reasonrl-bwrap-")
+        """A host directory bound as /work when files must be read back: sized per file only (RLIMIT_FSIZE), so it
+        is made on disk (``/var/tmp``), never in the host's memory should its ``/tmp`` be a tmpfs."""
+        root = tempfile.mkdtemp(prefix="reasonrl-bwrap-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
         for d in parent_dirs(files):
             os.makedirs(os.path.join(root, d), exist_ok=True)
         for path, data in files.items():

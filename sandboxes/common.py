@@ -11,6 +11,8 @@ from typing import Dict, List, Sequence, Tuple
 from .base import FileMap, Limits, SandboxError
 
 MiB = 1 << 20
+MSGQUEUE_BYTES = 512 << 10  # RLIMIT_MSGQUEUE: bytes all POSIX message queues of a run may hold (under the
+# kernel default of 800 KiB, so lowering it needs no privilege)
 
 
 def normalize_files(files: FileMap) -> Dict[str, bytes]:
@@ -59,6 +61,12 @@ def read_head(fd: int, limit: int) -> Tuple[str, bool]:
     return data.decode("utf-8", "replace"), size > limit
 
 
+def msgqueue_bytes() -> int:
+    """``MSGQUEUE_BYTES``, or this process's hard limit if that is lower (raising it would need privilege)."""
+    hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)[1]
+    return MSGQUEUE_BYTES if hard == resource.RLIM_INFINITY else min(MSGQUEUE_BYTES, hard)
+
+
 def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]]:
     """The rlimits a sandboxed program runs under (soft, hard)."""
     pairs = {
@@ -67,6 +75,7 @@ def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]
         resource.RLIMIT_FSIZE: (limits.file_size_mb * MiB, limits.file_size_mb * MiB),
         resource.RLIMIT_NOFILE: (256, 256),
         resource.RLIMIT_CORE: (0, 0),
+        resource.RLIMIT_MSGQUEUE: (msgqueue_bytes(), msgqueue_bytes()),
     }
     if nproc is not None:
         pairs[resource.RLIMIT_NPROC] = (nproc, nproc)
@@ -76,7 +85,8 @@ def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]
 def prlimit_args(limits: Limits, nproc: int | None) -> List[str]:
     """The same limits as a ``prlimit`` (util-linux) command prefix, which sets them without a preexec_fn."""
     names = {resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
-             resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core", resource.RLIMIT_NPROC: "nproc"}
+             resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core", resource.RLIMIT_NPROC: "nproc",
+             resource.RLIMIT_MSGQUEUE: "msgqueue"}
     args = ["prlimit"]
     for key, (soft, hard) in rlimit_pairs(limits, nproc).items():
         args.append(f"--{names[key]}={soft}:{hard}")

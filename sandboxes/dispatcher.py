@@ -10,12 +10,19 @@ capabilities. It reads one job per line from stdin (JSON: ``files`` base64, ``co
 3. enforces the wall-clock limit *here*, inside the container: at the deadline, and after every job, a helper
    that has become the job uid sends SIGKILL to every process of that uid (``kill(-1)``) until none is left,
    so nothing started by a job survives it, whoever holds the exec socket;
-4. empties ``/work`` and answers one JSON line on stdout.
+4. resets what a job could leave behind for the next one: removes every System V shared memory segment,
+   semaphore set and message queue (as the job uid, their creator), empties ``/dev/shm`` and ``/dev/mqueue``
+   and ``/work``, then checks that all of them are empty; if anything is left, it says ``healthy: false`` and
+   the host replaces the container. So a job starts with nothing of any earlier job, and nothing it allocated
+   is still held once its answer is out. (The container also runs with ``kernel.shm_rmid_forced=1``: a segment
+   is destroyed when its last process detaches, so none survives its job even between the kill and the reset.)
+5. answers one JSON line on stdout.
 
 The job uid cannot write to this process's stdout (it holds no descriptor for it, and a root process is not
 ptrace-able by it), so a job cannot forge an answer.
 """
 import base64
+import ctypes
 import json
 import os
 import resource
@@ -29,6 +36,10 @@ import time
 WORK = "/work"
 JOB_DIR = "/work/job"
 MiB = 1 << 20
+MSGQUEUE_BYTES = 512 << 10  # as sandboxes/common.py
+IPC_DIRS = ("/dev/shm", "/dev/mqueue")  # POSIX shared memory and message queues: emptied after every job
+SYSV_TABLES = ("shm", "sem", "msg")  # /proc/sysvipc/<table>: one line per object after a header line
+IPC_RMID = 0
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": JOB_DIR, "TMPDIR": JOB_DIR, "LANG": "C.UTF-8",
        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 
@@ -51,8 +62,33 @@ def _live_processes_of(uid):
     return found
 
 
+def sysv_objects():
+    """(table, id) of every System V IPC object in this IPC namespace."""
+    found = []
+    for table in SYSV_TABLES:
+        with open(f"/proc/sysvipc/{table}") as f:
+            found += [(table, int(line.split()[1])) for line in f.read().splitlines()[1:] if line.strip()]
+    return found
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once; the forked helpers inherit it
+
+
+def remove_sysv_objects():
+    """IPC_RMID every System V object (allowed to its creator: call this as the job uid)."""
+    libc = LIBC
+    for table, ident in sysv_objects():
+        if table == "shm":
+            libc.shmctl(ident, IPC_RMID, None)
+        elif table == "sem":
+            libc.semctl(ident, 0, IPC_RMID)
+        else:
+            libc.msgctl(ident, IPC_RMID, None)
+
+
 def kill_uid(uid):
-    """SIGKILL every process of ``uid``, from a helper that takes that uid, until none is left alive.
+    """SIGKILL every process of ``uid``, from a helper that takes that uid, until none is left alive; then, as
+    that uid, remove the System V IPC objects it created.
 
     ``kill(-1, SIGKILL)`` as that uid reaches exactly its processes in this pid namespace (the dispatcher and
     init are root); repeating it catches processes forked while the previous round ran."""
@@ -68,6 +104,7 @@ def kill_uid(uid):
                 except ProcessLookupError:
                     pass
                 if not _live_processes_of(uid):
+                    remove_sysv_objects()
                     os._exit(0)
                 time.sleep(0.002)
             os._exit(1)
@@ -75,6 +112,24 @@ def kill_uid(uid):
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def clear_ipc():
+    """Empty /dev/shm and /dev/mqueue (root with CAP_FOWNER may delete in these sticky directories); return
+    whether they and the System V tables are all empty now."""
+    for top in IPC_DIRS:
+        if not os.path.isdir(top):
+            continue
+        for name in os.listdir(top):
+            path = os.path.join(top, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    return not sysv_objects() and not any(os.path.isdir(top) and os.listdir(top) for top in IPC_DIRS)
 
 
 # wait_for and reap repeat sandboxes/common.py's on purpose: this file runs alone, as source text, inside the
@@ -136,6 +191,8 @@ def run_job(job, uid):
     limits = job.get("limits", {})
     timeout = float(limits.get("timeout_s", 10))
     out_limit = int(limits.get("output_bytes", 65536))
+    hard_msgqueue = resource.getrlimit(resource.RLIMIT_MSGQUEUE)[1]  # as sandboxes/common.py's msgqueue_bytes
+    msgqueue = MSGQUEUE_BYTES if hard_msgqueue == resource.RLIM_INFINITY else min(MSGQUEUE_BYTES, hard_msgqueue)
     rlimits = [
         (resource.RLIMIT_CPU, int(limits.get("cpu_s", 10)), int(limits.get("cpu_s", 10)) + 1),
         (resource.RLIMIT_AS, int(limits.get("memory_mb", 512)) * MiB, int(limits.get("memory_mb", 512)) * MiB),
@@ -143,6 +200,7 @@ def run_job(job, uid):
         (resource.RLIMIT_NPROC, int(limits.get("pids", 64)), int(limits.get("pids", 64))),
         (resource.RLIMIT_NOFILE, 256, 256),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, msgqueue, msgqueue),
     ]
     clear_work()
     os.mkdir(JOB_DIR, 0o700)
@@ -185,7 +243,8 @@ def run_job(job, uid):
         returncode, cpu = 127, 0.0
         os.write(err_fd, f"could not start {job['command'][:1]}: {exc}".encode())
     wall = time.monotonic() - start
-    healthy = kill_uid(uid)  # whatever the job left running in the background
+    healthy = kill_uid(uid)  # whatever the job left running in the background, and its System V objects
+    healthy = clear_ipc() and healthy
     stdout, cut_out = head(out_fd, out_limit)
     stderr, cut_err = head(err_fd, out_limit)
     for fd in (stdin_fd, out_fd, err_fd):
@@ -229,6 +288,7 @@ def main():
             reply = {"error": f"{type(exc).__name__}: {exc}"}
             try:
                 kill_uid(uid)
+                clear_ipc()
                 clear_work()
             except Exception:
                 pass

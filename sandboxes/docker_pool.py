@@ -1,12 +1,15 @@
 """The docker backend: a pool of warm containers, each running a long-lived dispatcher (``dispatcher.py``).
 
 Containers run the registry-free image ``reasonrl-sandbox:<recipe hash>`` (see ``image.py``) with ``--init``,
-``--network none``, memory/pids/CPU limits, a read-only root, a size-limited tmpfs ``/work``, all capabilities
+``--network none``, memory/pids/CPU limits, a read-only root, a size-limited tmpfs ``/work``, a private IPC
+namespace with a ``Limits.shm_mb`` ``/dev/shm`` and ``kernel.shm_rmid_forced=1``, all capabilities
 dropped except the few the dispatcher needs to switch to the job uid and clean up, and ``no-new-privileges``.
 The host talks to the dispatcher over the container's attached stdin/stdout (one JSON line per job), which
 avoids the cost of a ``docker exec`` per program. The dispatcher enforces the time limit inside the container; if
 it does not answer within the time limit plus a grace period, or the stream breaks, the container is removed
-and a fresh one takes its place.
+and a fresh one takes its place. Between jobs the dispatcher resets the container's IPC state (System V objects,
+``/dev/shm``, ``/dev/mqueue``) and ``/work``; a container it cannot verify empty is replaced. Memory a job puts
+in tmpfs or shared memory is charged to the container's memory cgroup, as the rest of its memory.
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ class WarmContainer:
             init=True, network_mode="none", read_only=True, auto_remove=True,
             mem_limit=f"{limits.memory_mb + 256}m", memswap_limit=f"{limits.memory_mb + 256}m",
             pids_limit=limits.pids + 16, nano_cpus=int(cpus * 1e9),
-            tmpfs={"/work": f"size={limits.tmpfs_mb}m,mode=0755"},
+            tmpfs={"/work": f"size={limits.tmpfs_mb}m,mode=0755"}, shm_size=f"{limits.shm_mb}m",
+            ipc_mode="private", sysctls={"kernel.shm_rmid_forced": "1"},
             cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"])
         created = api.create_container(
             image, command=["python3", "-I", "-S", "-c", DISPATCHER_SOURCE, str(self.job_uid)],

@@ -7,7 +7,6 @@ tests compare against, reaching the network, forging the verdict, ending the har
 from __future__ import annotations
 
 import os
-import pwd
 import secrets
 import socket
 import stat
@@ -17,6 +16,7 @@ import pytest
 from reasonrl.sandboxes.bwrap import bwrap_usable
 from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.verifiers import get_verifier
+from sandbox_leftovers import leftover_sandbox_processes
 
 BACKENDS = [
     pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
@@ -111,21 +111,6 @@ ATTACKS = {
 }
 
 
-def sandbox_uid_processes():
-    uids = {u.pw_uid for u in pwd.getpwall() if u.pw_name.startswith("reasonrl-sbx")}
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid in uids:
-                    with open(f"/proc/{name}/stat") as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def host_gateway_ip() -> str:
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -156,7 +141,7 @@ def test_attack_scores_zero_and_leaves_everything_healthy(backend, attack, liste
             assert f.read() == TOKEN
     assert stat.S_IMODE(os.stat("/etc/shadow").st_mode) & 0o004 == 0
     if backend == "bwrap":
-        assert not sandbox_uid_processes()  # nothing of the program survived its run
+        assert not leftover_sandbox_processes()  # nothing of the program survived its run
 
     # and the next call works
     good = v.verify(fenced("def add(a, b):\n    return a + b"), ADD)
@@ -193,7 +178,7 @@ def test_a_program_that_attacks_the_harness_scores_zero_even_with_right_answers(
     assert result.score == 0.0 and not result.correct, result.info
     assert reason in result.info["reason"], result.info
     if backend == "bwrap":
-        assert not sandbox_uid_processes()
+        assert not leftover_sandbox_processes()
     # the same program without the attack passes: the zero comes from the attack alone
     assert v.verify(fenced(RIGHT_ADD), ADD).score == 1.0
 
@@ -217,3 +202,52 @@ def test_a_harness_killed_after_its_verdict_scores_zero(backend, monkeypatch):
     result = v.verify(fenced(RIGHT_ADD), ADD)
     assert result.info["exit_code"] in (-9, 137), result.info
     assert result.score == 0.0 and "killed by signal 9" in result.info["reason"], result.info
+
+
+# A wrong program must not score by reading what an earlier (right) program left behind. Each channel stores and
+# loads a JSON dict "a,b" -> a + b through one place a run could share with the next.
+CHANNELS = {
+    "dev_shm_file": (
+        "def store(d):\n    open('/dev/shm/answers', 'w').write(json.dumps(d))\n"
+        "def load():\n    return json.load(open('/dev/shm/answers'))\n"),
+    "posix_shm": (
+        "import _posixshmem, mmap\n"
+        "def store(d):\n    fd = _posixshmem.shm_open('/answers', os.O_CREAT | os.O_RDWR, 0o666)\n"
+        "    os.ftruncate(fd, 4096)\n    os.pwrite(fd, json.dumps(d).encode().ljust(4096), 0)\n"
+        "def load():\n    fd = _posixshmem.shm_open('/answers', os.O_RDONLY, 0)\n"
+        "    return json.loads(os.pread(fd, 4096, 0).strip())\n"),
+    "posix_mqueue": (
+        "import ctypes\nrt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+        "def store(d):\n    q = rt.mq_open(b'/answers', os.O_CREAT | os.O_RDWR, 0o666, None)\n"
+        "    data = json.dumps(d).encode()\n    rt.mq_send(q, data, len(data), 0)\n"
+        "def load():\n    q = rt.mq_open(b'/answers', os.O_RDONLY | os.O_NONBLOCK, 0, None)\n"
+        "    buf = ctypes.create_string_buffer(1 << 16)\n    n = rt.mq_receive(q, buf, len(buf), None)\n"
+        "    d = json.loads(buf.raw[:n])\n    store(d)\n    return d\n"),
+    "sysv_shm": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "def segment(size, flags):\n    sid = libc.shmget(0x5EED, size, flags)\n    if sid < 0:\n"
+        "        raise OSError(ctypes.get_errno(), 'shmget')\n    return libc.shmat(sid, None, 0)\n"
+        "def store(d):\n    addr = segment(4096, 0o1666)\n"
+        "    ctypes.memmove(addr, json.dumps(d).encode() + b'\\0', len(json.dumps(d)) + 1)\n"
+        "def load():\n    addr = segment(0, 0)\n"
+        "    return json.loads(ctypes.string_at(addr))\n"),
+}
+PLANT_WHILE_RIGHT = ("answers = {}\ndef add(a, b):\n    answers[f'{a},{b}'] = a + b\n    try:\n        store(answers)\n"
+                     "    except Exception:\n        pass\n    return a + b\n")
+READ_LEFTOVERS = ("def add(a, b):\n    try:\n        return load()[f'{a},{b}']\n    except Exception:\n"
+                  "        return 0\n")
+PLANT_AT_IMPORT = "try:\n    store({'1,2': 3, '2,5': 7, '-1,4': 3})\nexcept Exception:\n    pass\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_a_wrong_program_cannot_read_what_an_earlier_right_one_left(backend, channel):
+    v = get_verifier("code", sandbox=backend, timeout_s=4)  # docker: one warm container, so the runs share it
+    prelude = "import json, os\n" + CHANNELS[channel]
+    assert v.verify(fenced(prelude + PLANT_WHILE_RIGHT), ADD).score == 1.0
+    cheat = v.verify(fenced(prelude + READ_LEFTOVERS), ADD)
+    assert cheat.score == 0.0, cheat.info
+    # within one run the channel works (so the zero above is the reset's doing), except System V IPC under bwrap,
+    # which the sandbox takes away (ENOSYS)
+    control = v.verify(fenced(prelude + PLANT_AT_IMPORT + READ_LEFTOVERS), ADD)
+    assert control.score == (0.0 if (backend, channel) == ("bwrap", "sysv_shm") else 1.0), control.info

@@ -10,6 +10,7 @@ import pytest
 
 from reasonrl.sandboxes import Limits, SandboxError, get_sandbox
 from reasonrl.sandboxes.bwrap import BwrapSandbox, bwrap_usable
+from sandbox_leftovers import leftover_sandbox_processes
 
 ok, why = bwrap_usable()
 pytestmark = pytest.mark.skipif(not ok, reason=f"bwrap backend unusable here: {why} (run .ci/setup_sandboxes.sh)")
@@ -26,22 +27,6 @@ def run_py(box, source, limits=None, **kw):
 
 def sandbox_uids():
     return {u.pw_uid for u in pwd.getpwall() if u.pw_name.startswith("reasonrl-sbx")}
-
-
-def processes_of(uids):
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/status") as f:
-                    status = f.read()
-            except OSError:
-                continue
-            uid = int(status.split("\nUid:")[1].split()[0])
-            state = status.split("\nState:")[1].split()[0]
-            if uid in uids and state != "Z":
-                found.append(int(name))
-    return found
 
 
 def test_runs_program_with_files_stdin_and_exit_code(box):
@@ -112,7 +97,7 @@ def test_process_limit_stops_a_fork_bomb(box):
     res = run_py(box, source, Limits(pids=16, timeout_s=10))
     assert res.stdout.startswith("LIMIT")
     assert int(res.stdout.split()[1]) == 15  # pids=16: the program itself + 15 children, then EAGAIN
-    assert not processes_of(sandbox_uids())  # the sleeping children died with the sandbox
+    assert not leftover_sandbox_processes()  # the sleeping children died with the sandbox
 
 
 def test_tmpfs_and_file_size_limits(box):
@@ -143,7 +128,7 @@ def test_background_processes_do_not_outlive_the_run(box):
     res = run_py(box, "import os, subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n"
                       "print('SPAWNED')")
     assert res.stdout == "SPAWNED\n"
-    assert not processes_of(sandbox_uids())
+    assert not leftover_sandbox_processes()
 
 
 def test_a_run_killed_at_its_time_limit_leaves_no_process(box):
@@ -152,7 +137,7 @@ def test_a_run_killed_at_its_time_limit_leaves_no_process(box):
     res = run_py(box, "import subprocess, time\nfor _ in range(5):\n    subprocess.Popen(['sleep', '300'])\n"
                       "time.sleep(300)", Limits(timeout_s=1))
     assert res.timed_out and res.exit_code != 0
-    assert not processes_of(sandbox_uids())
+    assert not leftover_sandbox_processes()
 
 
 def test_read_back_returns_files_but_no_symlinked_host_files(box):

@@ -50,6 +50,8 @@ def test_container_settings(box):
     assert host["Memory"] == (512 + 256) << 20 and host["PidsLimit"] == 64 + 16
     assert host["NanoCpus"] == 1_000_000_000
     assert "size=64m" in host["Tmpfs"]["/work"]
+    assert host["ShmSize"] == 64 << 20 and host["IpcMode"] == "private"  # /dev/shm: Limits.shm_mb, not shared
+    assert host["Sysctls"] == {"kernel.shm_rmid_forced": "1"}  # a segment dies with its last attached process
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert attrs["Config"]["Image"].startswith("reasonrl-sandbox:")
 
