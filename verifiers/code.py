@@ -166,7 +166,8 @@ class CodeVerifier(Verifier):
 
     def verify(self, response: str, ground_truth: Any, **extra: Any) -> VerifyResult:
         """Extract the program, run the tests in the sandbox, score by ``score_mode``. Never raises for a bad
-        response; a sandbox that cannot run at all is reported as ``reason="sandbox error"`` with score 0."""
+        response; a sandbox that cannot run at all is a failure (``VerifyResult.failed``, ``reason="sandbox error"``): no
+        verdict, not a wrong answer."""
         start = time.monotonic()
         try:
             task = parse_ground_truth(ground_truth)
@@ -193,7 +194,7 @@ class CodeVerifier(Verifier):
             result = sandbox.run({"harness.py": HARNESS_SOURCE, "harness.bin": HARNESS_CODE, "solution.py": source},
                                  HARNESS_COMMAND, stdin=stdin)
         except Exception as exc:  # the backend, not the program, failed
-            return VerifyResult.incorrect("sandbox error", error=f"{type(exc).__name__}: {exc}"[:1000],
+            return VerifyResult.failure("sandbox error", error=f"{type(exc).__name__}: {exc}"[:1000],
                                           extracted=program[:4000], total=len(task["tests"]))
         verdict = read_verdict(result.stdout, secret)
         info: Dict[str, Any] = {"extracted": program[:4000], "total": len(task["tests"]), "sandbox": sandbox.name,
