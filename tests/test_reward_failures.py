@@ -131,58 +131,49 @@ HOSTILE = textwrap.dedent('''
 
 
 @pytest.mark.slow
-def test_train_records_failures_not_accuracy_and_stops_when_they_dominate(tmp_path, model_path):
-    """The real command with a plugin that answers NaN, inf, an out-of-range score and a non-result. Step 1 (one
-    honest prompt, three hostile ones, 2 responses each) trains on the honest pair and records 6 failures; step 2
-    (four prompts whose verifier returns a float) has no verdict at all and stops the run with exit 5 naming it."""
+def test_real_loop_failures_remax_baseline_and_adaptive_kl(tmp_path, model_path):
+    """One real run (ReMax, KL loss with the adaptive controller, a plugin verifier whose answer each row chooses):
+
+    - step 1: one honest prompt and three whose verifier answers NaN, inf and 100, 2 responses each: 6 failures are
+      recorded (and the greedy baselines of those prompts fail too), reward and accuracy are over the 2 verdicts
+      (0.0, not 1.0), and the update is finite;
+    - step 2: four honest prompts. At step 1 the actor was the reference, so its measured KL was ~0 and the
+      controller's error clipped to -0.2: kl_coef(2) = 0.05 * (1 - 0.2 * 8 responses / horizon 8) = 0.04, and the
+      checkpoint of step 2 holds 0.04 * 0.8 = 0.032 (KL still far below the target 1.0);
+    - step 3: four prompts whose verifier returns a float: no verdict at all, and the run stops with exit 5 naming it.
+    """
     plugin = write_plugin(tmp_path / "plugin", "hostile_verifier", HOSTILE, "hostile", "HostileVerifier")
     row = {"data_source": "hostile", "prompt": [{"role": "user", "content": "What is 2+2?"}], "ability": "math",
            "reward_model": {"style": "rule", "ground_truth": "4"}}
-    modes = ["ok", "nan", "inf", "big"] + ["nonresult"] * 4
+    modes = ["ok", "nan", "inf", "big"] + ["ok"] * 4 + ["nonresult"] * 4
     data = tmp_path / "hostile.parquet"
     pq.write_table(pa.Table.from_pylist([dict(row, extra_info={"mode": m, "index": i}) for i, m in
                                          enumerate(modes)]), data)
     out = tmp_path / "run"
-    args = ["task=gsm8k", "reward.verifier=hostile", f"data.train_files=[{data}]", "data.shuffle=false",
-            "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
-            "reward.workers=1", "reward.max_failed_fraction=0.8", "actor.micro_batch_size_per_worker=8",
-            "trainer.total_steps=2", "trainer.save_every=0", "trainer.logger=[jsonl]", f"trainer.output_dir={out}"]
+    args = ["task=gsm8k", "algorithm=remax", "algorithm.use_kl_loss=true", "algorithm.kl_coef=0.05",
+            "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=1.0", "algorithm.kl_horizon=8",
+            "reward.verifier=hostile", f"data.train_files=[{data}]", "data.shuffle=false", "rollout.engine=hf",
+            "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8", "reward.workers=1",
+            "reward.max_failed_fraction=0.8", "actor.micro_batch_size_per_worker=8", "trainer.total_steps=3",
+            "trainer.save_every=2", "trainer.logger=[jsonl]", f"trainer.output_dir={out}"]
     env = dict(__import__("os").environ, PYTHONPATH=f"{plugin}:{Path(__file__).resolve().parents[1]}")
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
                           timeout=900, env=env)
     assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "step 2: 8 of 8 responses got no verdict" in proc.stderr and "hostile: 8" in proc.stderr
+    assert "step 3: 8 of 8 responses got no verdict" in proc.stderr and "hostile: 8" in proc.stderr
     assert "returned float, not VerifyResult" in proc.stderr
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert [r["step"] for r in rows] == [1]
-    step1 = rows[0]
+    assert [r["step"] for r in rows] == [1, 2]
+    step1, step2 = rows
     assert step1["reward/failed_count"] == 6 and step1["reward/failed_frac"] == 0.75
     assert step1["reward/hostile/failed"] == 6 and step1["reward/hostile/count"] == 2
     assert step1["reward/mean"] == 0.0 and step1["reward/accuracy"] == 0.0  # the honest verdicts, not 1.0
-    assert step1["actor/optimizer_steps"] >= 1 and step1["actor/skipped_optimizer_steps"] == 0
-    assert math.isfinite(step1["actor/grad_norm"]) and math.isfinite(step1["actor/pg_loss"])
-
-
-@pytest.mark.slow
-def test_remax_baseline_and_adaptive_kl_controller_through_the_real_loop(tmp_path, model_path):
-    """ReMax draws one greedy response per prompt (timing_s/baseline_rollout, remax/baseline_reward_mean), and the
-    adaptive KL controller moves the coefficient by the rule: at step 1 the actor is the reference, so the measured KL
-    is ~0 and the error clips to -0.2: kl_coef(2) = 0.05 * (1 - 0.2 * 8 responses / horizon 8) = 0.04, and after step
-    2 (KL far below the target 1.0 after one tiny update) 0.04 * 0.8 = 0.032, which the checkpoint keeps."""
-    out = tmp_path / "run"
-    args = ["task=arith", "algorithm=remax", "algorithm.use_kl_loss=true", "algorithm.kl_coef=0.05",
-            "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=1.0", "algorithm.kl_horizon=8", "rollout.engine=hf",
-            "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=12", "reward.workers=1",
-            "actor.micro_batch_size_per_worker=8", "trainer.total_steps=2", "trainer.save_every=2",
-            "trainer.logger=[jsonl]", f"trainer.output_dir={out}"]
-    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert step2["reward/failed_count"] == 0 and step2["reward/hostile/count"] == 8
     for r in rows:
-        assert r["timing_s/baseline_rollout"] > 0 and 0.0 <= r["remax/baseline_reward_mean"] <= 1.0
-        assert r["actor/kl"] < 0.8  # far below the target: the error clips at -0.2
-    assert rows[0]["actor/kl_coef"] == pytest.approx(0.05) and rows[1]["actor/kl_coef"] == pytest.approx(0.04)
+        assert r["actor/optimizer_steps"] >= 1 and r["actor/skipped_optimizer_steps"] == 0
+        assert math.isfinite(r["actor/grad_norm"]) and math.isfinite(r["actor/pg_loss"])
+        assert r["timing_s/baseline_rollout"] > 0 and r["remax/baseline_reward_mean"] == 0.0
+        assert r["actor/kl"] < 0.8  # far below the target: the controller's error clips at -0.2
+    assert step1["actor/kl_coef"] == pytest.approx(0.05) and step2["actor/kl_coef"] == pytest.approx(0.04)
     state = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
     assert state["kl_ctrl"]["kl_coef"] == pytest.approx(0.032)
