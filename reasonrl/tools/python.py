@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, List, Optional
 
-from .base import ToolResult, register_tool
+from .base import ToolResult
 from .python_runner import EXIT_RAISED, EXIT_TIMEOUT, MARKER
+from .registry import register_tool
 
 RUNNER_SOURCE = (Path(__file__).resolve().parent / "python_runner.py").read_text()
 CALL = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
