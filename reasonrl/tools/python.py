@@ -119,6 +119,22 @@ class PythonSession:
         self.cells, self.cell_seconds = [], []
 
 
+_SHARED_BWRAP = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_bwrap_sandbox():
+    """One bubblewrap backend per process for every python tool: it holds no processes between runs, but it keeps
+    one lock file open per sandbox user it has run as, so one per tool would pile those up tool after tool."""
+    global _SHARED_BWRAP
+    with _SHARED_LOCK:
+        if _SHARED_BWRAP is None:
+            from reasonrl.sandboxes import get_sandbox
+
+            _SHARED_BWRAP = get_sandbox("bwrap")
+        return _SHARED_BWRAP
+
+
 @register_tool("python")
 class PythonTool:
     """Python in the sandbox; ``cfg`` is the ``tool`` config section (``reasonrl.config.schema.ToolConfig``)."""
@@ -134,6 +150,7 @@ class PythonTool:
         self._backend = cfg.sandbox
         self._pool_size = int(cfg.concurrency)
         self._lock = threading.Lock()
+        self._shared = False  # the process-wide bwrap backend: not ours to close
 
     @property
     def keep_bytes(self) -> int:
@@ -144,12 +161,16 @@ class PythonTool:
     def sandbox(self):
         with self._lock:  # built on first use, in the process that runs the calls
             if self._sandbox is None:
-                from reasonrl.sandboxes import Limits, get_sandbox
+                from reasonrl.sandboxes import Limits, default_backend, get_sandbox
 
-                options = {"limits": Limits(memory_mb=self.memory_mb)}
-                if self._backend == "docker":
-                    options["pool_size"] = self._pool_size
-                self._sandbox = get_sandbox(self._backend, **options)
+                backend = default_backend() if self._backend == "auto" else self._backend
+                if backend == "bwrap":
+                    self._sandbox, self._shared = shared_bwrap_sandbox(), True
+                else:
+                    options = {"limits": Limits(memory_mb=self.memory_mb)}
+                    if backend == "docker":
+                        options["pool_size"] = self._pool_size
+                    self._sandbox = get_sandbox(backend, **options)
             return self._sandbox
 
     def limits(self, timeout_s: float):
@@ -188,6 +209,6 @@ class PythonTool:
 
     def close(self) -> None:
         with self._lock:
-            if self._sandbox is not None:
+            if self._sandbox is not None and not self._shared:
                 self._sandbox.close()
-                self._sandbox = None
+            self._sandbox, self._shared = None, False
