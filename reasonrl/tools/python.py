@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from signal import SIGXCPU
 import threading
 import time
 from pathlib import Path
@@ -93,10 +94,10 @@ class PythonSession:
             return ToolResult(f"ToolError: the interpreter was killed ({why}); {LOST}", error=True, seconds=seconds)
         shown, dropped = result["head"] + result["tail"], result["dropped"] > 0
         status, code_ = result["status"], result["code"]
-        if result["status"] == "replay_failed":
+        if status == "replay_failed":
             self.cells, self.cell_seconds = [], []
             return ToolResult(RESET, error=True, seconds=seconds)
-        if status == "timeout":
+        if status == "timeout" or (status == "killed" and code_ == -SIGXCPU):  # wall or CPU (threads) time
             return self._timeout(shown, seconds, dropped)
         if status == "exited":
             return ToolResult(t.cut(shown, f"ToolError: the code ended the interpreter (exit status {code_}); {LOST}",
