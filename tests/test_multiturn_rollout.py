@@ -12,7 +12,7 @@ import torch
 
 from reasonrl.config.schema import ToolConfig
 from reasonrl.rollout import SamplingParams
-from reasonrl.rollout.multiturn import ToolRollout, tool_meta
+from reasonrl.rollout.multiturn import ToolRollout, encode_observation, tool_meta
 from reasonrl.tools.python import OUTPUT_OPEN, SYSTEM_PROMPT, PythonTool
 
 pytestmark = pytest.mark.slow
@@ -133,8 +133,8 @@ def test_token_in_token_out(rollout, tokenizer, prompts):
         assert model_lp[:len(first.token_ids)] == list(first.logprobs[:BUDGET])
         assert all(lp == 0.0 for lp, m in zip(c.logprobs, c.tool_mask) if m)
         for is_tool, ids in runs:
-            if is_tool:  # a tool turn is its rendered text, tokenized once
-                assert ids == tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False)[:len(ids)]
+            if is_tool:  # a tool turn is its rendered text, tokenized once (as text: no chat marker in it)
+                assert ids == encode_observation(tokenizer, tokenizer.decode(ids))[:len(ids)]
     # every later call continued a trajectory from its exact token ids, and its tokens are in the trajectory
     full = [prompt + c.token_ids for prompt, c in trajectories]
     for contexts, sampling, outs in recording.calls[1:]:

@@ -45,3 +45,46 @@ def test_hf_stop_string_cut_keeps_the_token_that_completes_it(model_path):
     assert tok.decode(ids[:cut]).endswith("```\n") or tok.decode(ids[:cut]).endswith("```\n\n")
     assert "print(1)" in tok.decode(ids[:cut]) and "answer" not in tok.decode(ids[:cut])
     assert first_stop_string_end(tok, ids[:cut - 1], ["```\n"]) is None  # the opening ```python is no stop
+
+
+def tools_import_graph(folder):
+    """{module: the package's modules it imports, "__init__" for the package face}, for reasonrl/tools/*.py."""
+    import ast
+
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    graph = {}
+    for name in modules:
+        found = set()
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level == 0:  # absolute: only reasonrl.tools[.x] counts
+                if module != "reasonrl.tools" and not module.startswith("reasonrl.tools."):
+                    continue
+                module = module[len("reasonrl.tools."):] if module != "reasonrl.tools" else ""
+            if module:
+                found.add(module.split(".")[0])
+            else:  # from . import x / from reasonrl.tools import x: a module, or a name of the face
+                found |= {a.name if a.name in modules else "__init__" for a in node.names}
+        graph[name] = found
+    return graph
+
+
+def test_tool_modules_import_no_circle_and_make_tool_names_a_bad_tool():
+    from pathlib import Path
+
+    import reasonrl.tools as tools
+    from reasonrl.config.schema import ToolConfig
+
+    graph = tools_import_graph(Path(tools.__file__).parent)
+    assert "__init__" not in set().union(*graph.values()), graph  # no module imports the package face back
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, seen + (n,))) for n in graph.get(start, ()))
+
+    assert not [m for m in graph if reaches(m, m)], graph  # e.g. base -> python -> base before
+    assert "registry" in graph["python"] and "python" not in graph["registry"] | graph["base"]
+    assert tools.make_tool.__module__ == "reasonrl.tools" and "python" in tools.TOOLS
+    with pytest.raises(ValueError, match=r"unknown tool 'calculator' \(tool.name\); known: python"):
+        tools.make_tool(ToolConfig(name="calculator"))

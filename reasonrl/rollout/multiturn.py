@@ -178,7 +178,7 @@ class ToolRollout:
             t.errors += int(result.error)
             t.timeouts += int(result.timed_out)
             t.seconds += result.seconds
-            ids = self.tokenizer.encode(self.tool.render(result), add_special_tokens=False)
+            ids = encode_observation(self.tokenizer, self.tool.render(result))
             room = budget - len(t.ids)
             t.add(ids[:room], tool=True, logprobs=None)
             t.turn_start = len(t.ids)
@@ -200,6 +200,27 @@ class ToolRollout:
                               finish_reason=t.finish or "stop", tool_mask=list(t.mask), turns=t.turns,
                               tool_calls=t.calls, tool_errors=t.errors, tool_timeouts=t.timeouts,
                               tool_seconds=t.seconds)
+
+
+def encode_observation(tokenizer: Any, text: str) -> List[int]:
+    """Token ids of a tool's (or an environment's) output, as *text*: a chat-template marker the output contains
+    (``<|im_end|>``, ``<|im_start|>user``) becomes the ordinary tokens of its characters, never the special token, so a
+    program cannot forge a turn of the chat. Raises if the tokenizer cannot split special tokens."""
+    ids = list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    special = set(special_token_ids(tokenizer))
+    if special.intersection(ids):
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} kept special tokens in a tool output although asked "
+                         f"to split them (split_special_tokens=True); it cannot be used for tool rollouts")
+    return ids
+
+
+def special_token_ids(tokenizer: Any) -> List[int]:
+    """The ids of the tokenizer's special and added tokens (chat markers and the like): the ids text never maps to."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    added = getattr(tokenizer, "get_added_vocab", None)
+    if added is not None:
+        ids.update(added().values())
+    return sorted(ids)
 
 
 def tool_meta(completions: List[Completion]) -> Dict[str, List[Any]]:

@@ -1,8 +1,21 @@
 """reasonrl.tools — tools the model calls while it solves (multi-turn rollout, ``docs/tools.md``).
 
 ``python``: fenced ```python blocks run in the sandbox (``reasonrl.sandboxes``), state kept across a trajectory's
-calls. Add a tool with ``@register_tool("name")`` on a class following ``Tool``. Imports neither torch nor ray.
+calls. Add a tool with ``@register_tool("name")`` on a class following ``Tool``; build one with ``make_tool``.
+Imports neither torch nor ray.
 """
-from .base import TOOLS, Tool, ToolResult, ToolSession, make_tool, register_tool
+from typing import Any
+
+from . import python  # noqa: F401  (registers the built-in tool; python.py imports only base and registry)
+from .base import Tool, ToolResult, ToolSession
+from .registry import TOOLS, register_tool
+
+
+def make_tool(cfg: Any) -> Tool:
+    """The tool named by ``cfg.name`` (the ``tool`` config section), built from that section."""
+    if cfg.name not in TOOLS:
+        raise ValueError(f"unknown tool {cfg.name!r} (tool.name); known: {', '.join(sorted(TOOLS))}")
+    return TOOLS[cfg.name](cfg)
+
 
 __all__ = ["TOOLS", "Tool", "ToolResult", "ToolSession", "make_tool", "register_tool"]

@@ -2,12 +2,13 @@
 
 A tool says where a model turn ends (``stop`` strings), finds the call at the end of a turn (``find_call``), opens
 one session per trajectory (``open_session``) whose ``call`` runs it and never raises, and renders a result as the
-text of the tool turn (``render``). Imports neither torch nor ray.
+text of the tool turn (``render``). The registry is ``registry.py``, ``make_tool`` the package's face
+(``reasonrl/tools/__init__.py``). Imports neither torch nor ray.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
+from typing import List, Optional, Protocol, runtime_checkable
 
 
 @dataclass
@@ -59,27 +60,3 @@ class Tool(Protocol):
     def close(self) -> None:
         """Release shared resources (sandbox pools)."""
         ...
-
-
-TOOLS: Dict[str, Callable[..., Tool]] = {}
-
-
-def register_tool(name: str) -> Callable[[Callable[..., Tool]], Callable[..., Tool]]:
-    """Decorator that adds a tool factory (a class or function taking the ``tool`` config section) under ``name``."""
-
-    def decorator(factory: Callable[..., Tool]) -> Callable[..., Tool]:
-        if name in TOOLS:
-            raise ValueError(f"tool {name!r} is already registered")
-        TOOLS[name] = factory
-        return factory
-
-    return decorator
-
-
-def make_tool(cfg: Any) -> Tool:
-    """The tool named by ``cfg.name`` (the ``tool`` config section), built from that section."""
-    from . import python  # noqa: F401  (registers the built-in tool)
-
-    if cfg.name not in TOOLS:
-        raise ValueError(f"unknown tool {cfg.name!r}; known: {', '.join(sorted(TOOLS))}")
-    return TOOLS[cfg.name](cfg)

@@ -5,20 +5,23 @@ State persists by replay: a session keeps the trajectory's earlier cells, and ea
 in a fresh sandbox before the new cell (``python_runner.py``). So every call gets the backend's full isolation and
 limits afresh, nothing of the model's runs between calls (no long-lived process whose CPU time, memory or stray
 children could pile up across a trajectory), and tearing a session down cannot leak anything. The price is re-running
-earlier cells (at most ``rollout.max_turns - 1`` of them); a cell that timed out or crashed the interpreter is not
-replayed (its state is gone, as it would be in a notebook whose kernel died).
+earlier cells (at most ``rollout.max_turns - 1`` of them); a cell that timed out, crashed or ended the interpreter is
+not replayed (what it did is gone, the earlier cells' state is kept). What the call shows and how it ended come from
+the runner's supervisor process, in nonce-tagged lines the program cannot write (``python_runner.py``).
 """
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from signal import SIGXCPU
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from .base import ToolResult, register_tool
-from .python_runner import EXIT_RAISED, EXIT_TIMEOUT, MARKER
+from .base import ToolResult
+from .registry import register_tool
 
 RUNNER_SOURCE = (Path(__file__).resolve().parent / "python_runner.py").read_text()
 CALL = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
@@ -32,6 +35,27 @@ SYSTEM_PROMPT = (
     "```python\nprint(17 * 23)\n```\n```output\n391\n```\n"
     "When you are done, put the final answer within \\boxed{}.")
 """The system message of ``task=math_tool``: how to call the tool, and the answer format the verifier reads."""
+LOST = "what this block did is lost; the variables of the earlier blocks are kept"
+RESET = "ToolError: the interpreter state could not be restored and was reset; run your code again"
+
+
+def read_frames(stdout: str, nonce: str) -> Tuple[Optional[float], Optional[Dict[str, Any]]]:
+    """(replay seconds, result) from the runner supervisor's nonce-tagged lines; None for a line that is missing.
+    Only the supervisor holds the sandbox's stdout and the nonce, so no line of the program's can be taken."""
+    replayed, result = None, None
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag != nonce:
+            continue
+        word, _, arg = rest.partition(" ")
+        try:
+            if word == "replayed":
+                replayed = float(arg)
+            elif word == "result":
+                result = json.loads(arg)
+        except ValueError:
+            continue
+    return replayed, result
 
 
 class PythonSession:
@@ -44,47 +68,72 @@ class PythonSession:
         self.closed = False
 
     def call(self, code: str) -> ToolResult:
+        """Run ``code`` after a silent replay of the session's earlier cells; never raises."""
         if self.closed:
             return ToolResult("ToolError: this session is closed", error=True)
         t = self.tool
-        replay_s = sum(self.cell_seconds)
-        timeout = t.timeout_s + 2 * replay_s + STARTUP_MARGIN_S
-        limits = t.limits(timeout)
-        job = json.dumps({"cells": self.cells + [code], "timeout_s": t.timeout_s})
+        timeout = t.timeout_s + 2 * sum(self.cell_seconds) + STARTUP_MARGIN_S
+        nonce = secrets.token_hex(16)
+        job = json.dumps({"cells": self.cells + [code], "timeout_s": t.timeout_s, "keep_bytes": t.keep_bytes})
         start = time.monotonic()
         try:
             res = t.sandbox.run({"runner.py": RUNNER_SOURCE, "cells.json": job}, ["python3", "-I", "-u", "runner.py"],
-                                limits)
+                                t.limits(timeout), stdin=nonce + "\n")
         except Exception as exc:  # the sandbox itself failed: the call fails, the trajectory goes on
             return ToolResult(f"ToolError: the sandbox failed ({type(exc).__name__}: {str(exc)[:200]})", error=True,
                               seconds=time.monotonic() - start)
         seconds = time.monotonic() - start
-        head, _, shown = res.stdout.partition("\n")
-        replayed = head.startswith(MARKER + " ")
-        if not replayed:  # the interpreter died before the new cell started: an earlier cell ends it on replay
+        replayed, result = read_frames(res.stdout, nonce)
+        if replayed is None:  # the interpreter died before the new cell started: an earlier cell ends it on replay
             self.cells, self.cell_seconds = [], []
-            return ToolResult(t.cut(res.stdout + res.stderr, "ToolError: the interpreter state could not be restored "
-                                    "and was reset; run your code again", res.truncated), error=True, seconds=seconds)
-        try:
-            replayed_s = float(head.split()[1])
-        except (IndexError, ValueError):
-            replayed_s = replay_s
-        timed_out = res.timed_out or res.exit_code == EXIT_TIMEOUT
-        if timed_out:
-            return ToolResult(t.cut(shown, f"TimeoutError: the code ran longer than {t.timeout_s:g} s and was stopped; "
-                                    f"its variables are lost", res.truncated), error=True, timed_out=True,
-                              seconds=seconds)
-        if res.exit_code not in (0, EXIT_RAISED):  # killed: memory, process limit, a signal
-            why = "it ran out of memory" if res.oom_killed else f"exit status {res.exit_code}"
-            return ToolResult(t.cut(shown, f"ToolError: the interpreter was killed ({why}); its variables are lost",
-                                    res.truncated), error=True, seconds=seconds)
+            return ToolResult(RESET, error=True, seconds=seconds)
+        if result is None:  # the supervisor itself was stopped: killed by the cell, or the sandbox's hard limit
+            if res.timed_out:
+                return self._timeout("", seconds)
+            why = "it ran out of memory" if res.oom_killed else "the runner was stopped"
+            return ToolResult(f"ToolError: the interpreter was killed ({why}); {LOST}", error=True, seconds=seconds)
+        shown, dropped = result["head"] + result["tail"], result["dropped"] > 0
+        status, code_ = result["status"], result["code"]
+        if status == "replay_failed":
+            self.cells, self.cell_seconds = [], []
+            return ToolResult(RESET, error=True, seconds=seconds)
+        if status == "timeout" or (status == "killed" and code_ == -SIGXCPU):  # wall or CPU (threads) time
+            return self._timeout(shown, seconds, dropped)
+        if status == "exited":
+            return ToolResult(t.cut(shown, f"ToolError: the code ended the interpreter (exit status {code_}); {LOST}",
+                                    dropped), error=True, seconds=seconds)
+        if status == "killed" or status not in ("ok", "raised"):
+            why = "it ran out of memory" if res.oom_killed else f"signal {-code_ if code_ else '?'}"
+            return ToolResult(t.cut(shown, f"ToolError: the interpreter was killed ({why}); {LOST}", dropped),
+                              error=True, seconds=seconds)
         self.cells.append(code)
-        self.cell_seconds.append(min(t.timeout_s, max(0.0, res.wall_s - replayed_s)))
-        return ToolResult(t.cut(shown, truncated=res.truncated), error=res.exit_code == EXIT_RAISED, seconds=seconds)
+        self.cell_seconds.append(min(t.timeout_s, max(0.0, float(result["cell_s"]))))
+        return ToolResult(t.cut(shown, truncated=dropped), error=status == "raised", seconds=seconds)
+
+    def _timeout(self, shown: str, seconds: float, dropped: bool = False) -> ToolResult:
+        note = f"TimeoutError: the code ran longer than {self.tool.timeout_s:g} s and was stopped; {LOST}"
+        return ToolResult(self.tool.cut(shown, note, dropped), error=True, timed_out=True, seconds=seconds)
 
     def close(self) -> None:
+        """Forget the cells; later calls are refused."""
         self.closed = True
         self.cells, self.cell_seconds = [], []
+
+
+_SHARED_BWRAP = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_bwrap_sandbox():
+    """One bubblewrap backend per process for every python tool: it holds no processes between runs, but it keeps
+    one lock file open per sandbox user it has run as, so one per tool would pile those up tool after tool."""
+    global _SHARED_BWRAP
+    with _SHARED_LOCK:
+        if _SHARED_BWRAP is None:
+            from reasonrl.sandboxes import get_sandbox
+
+            _SHARED_BWRAP = get_sandbox("bwrap")
+        return _SHARED_BWRAP
 
 
 @register_tool("python")
@@ -102,24 +151,36 @@ class PythonTool:
         self._backend = cfg.sandbox
         self._pool_size = int(cfg.concurrency)
         self._lock = threading.Lock()
+        self._shared = False  # the process-wide bwrap backend: not ours to close
+
+    @property
+    def keep_bytes(self) -> int:
+        """Bytes of the new cell's output the runner keeps at each end (a character is at most 4 bytes)."""
+        return 4 * self.max_output_chars
 
     @property
     def sandbox(self):
         with self._lock:  # built on first use, in the process that runs the calls
             if self._sandbox is None:
-                from reasonrl.sandboxes import Limits, get_sandbox
+                from reasonrl.sandboxes import Limits, default_backend, get_sandbox
 
-                options = {"limits": Limits(memory_mb=self.memory_mb)}
-                if self._backend == "docker":
-                    options["pool_size"] = self._pool_size
-                self._sandbox = get_sandbox(self._backend, **options)
+                backend = default_backend() if self._backend == "auto" else self._backend
+                if backend == "bwrap":
+                    self._sandbox, self._shared = shared_bwrap_sandbox(), True
+                else:
+                    options = {"limits": Limits(memory_mb=self.memory_mb)}
+                    if backend == "docker":
+                        options["pool_size"] = self._pool_size
+                    self._sandbox = get_sandbox(backend, **options)
             return self._sandbox
 
     def limits(self, timeout_s: float):
+        """The sandbox limits of one call whose whole run may take ``timeout_s``."""
         from reasonrl.sandboxes import Limits
 
+        # the runner's two result lines: the output's head and tail, JSON-escaped (at most 6 bytes a byte)
         return Limits(timeout_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=self.memory_mb,
-                      output_bytes=max(4096, 4 * self.max_output_chars + len(MARKER) + 32))
+                      output_bytes=12 * self.keep_bytes + 4096)
 
     def cut(self, text: str, note: str = "", truncated: bool = False) -> str:
         """At most ``max_output_chars`` of ``text``: its head and its tail (where an error's last line is), with a
@@ -149,6 +210,6 @@ class PythonTool:
 
     def close(self) -> None:
         with self._lock:
-            if self._sandbox is not None:
+            if self._sandbox is not None and not self._shared:
                 self._sandbox.close()
-                self._sandbox = None
+            self._sandbox, self._shared = None, False
