@@ -225,6 +225,30 @@ def test_mixture_input_errors_name_the_source():
 
 
 # ---------------------------------------------------------------- make_sampler and uniform
+SEEDS = 3000
+
+
+def test_uniform_and_mixture_epoch_probabilities_over_seeds():
+    # uniform, 15 prompts, batches of 4: an epoch is 3 batches (12 prompts, the tail of 3 dropped), so over seeds a
+    # prompt is in epoch 0 with probability 12/15 and first in it with 1/15; within one seed, never twice.
+    in_epoch, first = np.zeros(15, dtype=int), np.zeros(15, dtype=int)
+    for seed in range(SEEDS):
+        sampler = EpochSampler(15, 4, seed)
+        epoch = [i for _ in range(3) for i in sampler.next_indices()]
+        assert len(set(epoch)) == 12 and sampler.epoch == 0
+        in_epoch[epoch] += 1
+        first[epoch[0]] += 1
+    assert all(_within_binomial_se(int(c), Fraction(12, 15), SEEDS) for c in in_epoch), in_epoch
+    assert all(_within_binomial_se(int(c), Fraction(1, 15), SEEDS) for c in first), first
+    # mixture: b has 5 prompts and 2 per batch, so its epoch is 2 batches holding 4 of them: 4/5 each over seeds.
+    b_rows = [i for i, s in enumerate(SOURCES) if s == "b"]
+    in_b_epoch = np.zeros(len(SOURCES), dtype=int)
+    for seed in range(SEEDS):
+        sampler = MixtureSampler(SOURCES, 5, seed, {"a": 2, "b": 2, "c": 1})
+        in_b_epoch[[i for _ in range(2) for i in sampler.next_indices() if SOURCES[i] == "b"]] += 1
+    assert all(_within_binomial_se(int(in_b_epoch[i]), Fraction(4, 5), SEEDS) for i in b_rows), in_b_epoch
+
+
 def test_uniform_is_todays_epoch_sampler_and_the_others_come_from_the_config():
     rows = [{"data_source": s} for s in SOURCES]
     cfg = _data_cfg("data.train_batch_size=4")
