@@ -8,6 +8,7 @@ its ``PromptStats`` the same batches come out as without the interruption.
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -18,6 +19,8 @@ from reasonrl.datasets import DataError
 
 from .prompt_stats import PromptStats, pass_rate_band
 from .prompts import EpochSampler
+
+log = logging.getLogger(__name__)
 
 SAMPLERS = ("uniform", "pass_rate", "mixture")
 """The values of ``data.sampler``."""
@@ -57,14 +60,17 @@ class PassRateSampler:
 
     @property
     def size(self) -> int:
+        """Training prompts."""
         return self.stats.size
 
     @property
     def epoch(self) -> int:
+        """Prompts drawn so far, in whole dataset sizes."""
         return self.draws * self.batch_size // self.size
 
     @property
     def offset(self) -> int:
+        """Prompts drawn so far beyond ``epoch`` dataset sizes."""
         return self.draws * self.batch_size % self.size
 
     def weights(self) -> np.ndarray:
@@ -78,6 +84,7 @@ class PassRateSampler:
         return w / w.sum()
 
     def next_indices(self) -> List[int]:
+        """The next batch: ``batch_size`` distinct positions, drawn by the rule above from the current statistics."""
         w = self.weights()
         rng = random.Random(f"pass_rate:{self.seed}:{self.draws}")
         u = 1.0 - np.fromiter((rng.random() for _ in range(self.size)), dtype=np.float64, count=self.size)
@@ -89,9 +96,11 @@ class PassRateSampler:
         return list(self.last_indices)
 
     def state_dict(self) -> Dict[str, Any]:
+        """The data position (JSON): the number of draws; the statistics are saved by their own ``state_dict``."""
         return {"sampler": "pass_rate", "draws": self.draws}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict()``'s output; ValueError for another sampler's state."""
         _check_kind(state, "pass_rate")
         self.draws = int(state["draws"])
 
@@ -152,10 +161,12 @@ class MixtureSampler:
 
     @property
     def epoch(self) -> int:
+        """Prompts drawn so far, in whole dataset sizes (each source's own epoch: ``source_epochs``)."""
         return self.draws * self.batch_size // self.size
 
     @property
     def offset(self) -> int:
+        """Prompts drawn so far beyond ``epoch`` dataset sizes."""
         return self.draws * self.batch_size % self.size
 
     def order(self, source: str, epoch: int) -> List[int]:
@@ -174,6 +185,7 @@ class MixtureSampler:
         return {s: (c / len(self.positions[s])) / (self.batch_size / self.size) for s, c in self.counts.items()}
 
     def next_indices(self) -> List[int]:
+        """The next batch: each source's count of prompts, from its epoch order, sources in ``data.mixture`` order."""
         batch: List[int] = []
         weights = self.inclusion_weights()
         for s, count in self.counts.items():
@@ -191,10 +203,12 @@ class MixtureSampler:
         return list(batch)
 
     def state_dict(self) -> Dict[str, Any]:
+        """The data position (JSON): draws, and [epoch, offset] of each source."""
         return {"sampler": "mixture", "draws": self.draws,
                 "sources": {s: [self.source_epochs[s], self.source_offsets[s]] for s in self.counts}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict()``'s output; ValueError for another sampler's or another mixture's state."""
         _check_kind(state, "mixture")
         if set(state["sources"]) != set(self.counts):
             raise ValueError(f"the checkpoint's mixture has sources {sorted(state['sources'])}, data.mixture has "
@@ -240,6 +254,8 @@ def start_curriculum(data: Any, rows: Sequence[Dict[str, Any]]) -> Tuple[List[in
     if not data.pass_rate_file:
         raise ValueError("data.pass_rate_band needs data.pass_rate_file (the evaluation that measured the rates)")
     kept = pass_rate_band(stats, band)
+    log.info("data.pass_rate_band=%s keeps %d of the %d training prompts (%d of them not measured)", band,
+             len(kept), stats.size, int((stats.attempts[kept] == 0).sum()))
     return kept, stats.subset(kept)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -233,8 +233,3 @@ def pass_rate_band(stats: PromptStats, band: Sequence[float], keep_unmeasured: b
                         f"({int(measured.sum())} measured)")
     return kept
 
-
-def band_counts(stats: PromptStats, kept: Iterable[int]) -> Dict[str, int]:
-    """What a band filter did: prompts before, kept, and kept without a measurement."""
-    kept = list(kept)
-    return {"before": stats.size, "kept": len(kept), "kept_unmeasured": int((stats.attempts[kept] == 0).sum())}
