@@ -158,6 +158,7 @@ def validate(cfg: Config) -> None:
     low_high = cfg.reward.score_range
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],
          "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
+    _validate_curriculum(cfg, need)
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 
@@ -191,6 +192,25 @@ def _validate_algorithm(cfg: Config, need) -> None:
              "must be false with adv_estimator=pass_at_k (it counts 0/1 scores); use algorithm.use_kl_loss")
         need(alg.overlong_buffer == 0, "algorithm.overlong_buffer",
              "must be 0 with adv_estimator=pass_at_k (the overlong penalty makes scores fractional)")
+
+
+def _validate_curriculum(cfg: Config, need) -> None:
+    """data.sampler and the keys of its curriculum (docs/curriculum.md)."""
+    d = cfg.data
+    need(d.sampler in ("uniform", "pass_rate", "mixture"), "data.sampler", "must be uniform, pass_rate or mixture")
+    need(len(d.pass_rate_prior) == 2, "data.pass_rate_prior",
+         f"must be two positive numbers [a, b] (a Beta prior), got {d.pass_rate_prior}")
+    need(len(d.pass_rate_band) == 2 and d.pass_rate_band[0] <= d.pass_rate_band[1], "data.pass_rate_band",
+         f"must be [lo, hi] with lo <= hi, got {d.pass_rate_band}")
+    need(bool(d.pass_rate_file) or list(d.pass_rate_band) == [0.0, 1.0], "data.pass_rate_band",
+         "needs data.pass_rate_file (the evaluation whose pass rates it filters by)")
+    if d.sampler == "mixture":
+        need(bool(d.mixture), "data.mixture", "must give a ratio per data_source with data.sampler=mixture, e.g. "
+             "data.mixture={openai/gsm8k: 3, mbpp: 1}")
+        need(all(math.isfinite(r) and r >= 0 for r in d.mixture.values()) and sum(d.mixture.values()) > 0,
+             "data.mixture", f"ratios must be finite, >= 0 and not all 0, got {dict(d.mixture)}")
+    else:
+        need(not d.mixture, "data.mixture", f"is only read with data.sampler=mixture (data.sampler={d.sampler})")
 
 
 def parse_interval(text: str) -> Tuple[float, float, bool, bool]:

@@ -47,6 +47,27 @@ class DataConfig:
     """A system message prepended to every prompt; None keeps the rows' own messages."""
     apply_chat_template: bool = True
     """Render prompts with the tokenizer's chat template (add_generation_prompt=True)."""
+    sampler: str = "uniform"
+    """Which prompts each step trains on (docs/curriculum.md): uniform (every prompt once per epoch, shuffled per
+    ``shuffle``), pass_rate (weighted by p(1-p) of each prompt's estimated pass rate, so prompts that always or never
+    pass are drawn less), mixture (fixed per-``data_source`` shares of every batch, ``mixture``)."""
+    pass_rate_prior: List[float] = field(default_factory=lambda: [1.0, 1.0])
+    """[a, b]: the Beta prior of a prompt's pass rate; the estimate is (a + passes) / (a + b + attempts), so an unseen
+    prompt's is a / (a + b). Used by ``sampler=pass_rate`` and the ``curriculum/*`` metrics."""
+    pass_rate_floor: float = 0.02
+    """``sampler=pass_rate``: the least weight of a prompt (weights are max(p(1-p), floor), at most 0.25), so no
+    prompt starves: it is drawn at least floor / 0.25 as often as the most informative one."""
+    pass_rate_file: Optional[str] = None
+    """Start the per-prompt statistics from an evaluation of the training prompts: the ``samples.parquet`` (or the
+    output directory) of ``python -m reasonrl.eval ... eval.split=train``, matched by data_source, extra_info.index
+    and question text."""
+    pass_rate_band: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    """[lo, hi]: before training, keep only the prompts whose pass rate measured in ``pass_rate_file`` lies in
+    [lo, hi] (prompts it did not measure are kept); the default [0, 1] keeps all. E.g. [0.1, 0.9] leaves out the
+    prompts the evaluation always or never solved."""
+    mixture: Dict[str, float] = field(default_factory=dict)
+    """``sampler=mixture``: the share of each ``data_source`` in every batch, as ratios (normalised; 0 leaves a
+    source out), e.g. ``data.mixture={openai/gsm8k: 3, mbpp: 1}``; every source of the training data needs one."""
 
 
 @dataclass
@@ -395,7 +416,8 @@ FIELD_RANGES: Dict[str, str] = {
     # The allowed values of every numeric field, as intervals: "[a, b]" closed, "(a, b)" open, "inf" unbounded.
     # load_config rejects a value outside its interval, naming the key, before anything loads.
     "data.train_batch_size": "[1, inf)", "data.val_batch_size": "[1, inf)", "data.val_limit": "[0, inf)",
-    "data.max_prompt_length": "[1, inf)",
+    "data.max_prompt_length": "[1, inf)", "data.pass_rate_prior": "(0, inf)", "data.pass_rate_floor": "[0, 0.25]",
+    "data.pass_rate_band": "[0, 1]",
     "rollout.n": "[1, inf)", "rollout.max_new_tokens": "[1, inf)", "rollout.temperature": "[0, inf)",
     "rollout.top_p": "(0, 1]", "rollout.top_k": "[-1, inf)", "rollout.val_temperature": "[0, inf)",
     "rollout.gpu_memory_utilization": "(0, 1]", "rollout.kv_cache_gb": "(0, inf)",

@@ -68,13 +68,16 @@ class PromptDataset:
 
 
 class EpochSampler:
-    """Yields batches of indices, reshuffled each epoch with ``seed + epoch``; its state is (epoch, offset)."""
+    """``data.sampler=uniform``: yields batches of indices, reshuffled each epoch with ``seed + epoch`` (every prompt
+    once per epoch; the tail that does not fill a batch is dropped); its state is (epoch, offset). ``last_indices``
+    is the batch drawn last (the curriculum metrics read it)."""
 
     def __init__(self, size: int, batch_size: int, seed: int, shuffle: bool = True) -> None:
         if batch_size > size:
             raise DataError(f"data.train_batch_size={batch_size} exceeds the {size} prompts available")
         self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
         self.epoch, self.offset = 0, 0
+        self.last_indices: List[int] = []
 
     def _order(self, epoch: int) -> List[int]:
         order = list(range(self.size))
@@ -87,6 +90,7 @@ class EpochSampler:
             self.epoch, self.offset = self.epoch + 1, 0
         batch = self._order(self.epoch)[self.offset:self.offset + self.batch_size]
         self.offset += self.batch_size
+        self.last_indices = list(batch)
         return batch
 
     def state_dict(self) -> Dict[str, int]:
