@@ -22,7 +22,10 @@ pytestmark = pytest.mark.slow
 STEPS = 3
 # A tiny model can hardly solve GSM8K in 8 tokens, so every reward is 0 and the advantages vanish; the entropy bonus
 # keeps a gradient, so the weights move each step and "same weights" means something.
-ARGS = ["task=gsm8k", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
+# The curriculum's sampler (data.sampler=pass_rate): its draws depend on the per-prompt statistics, which the checkpoint
+# must carry exactly too (the default epoch sampler's state, {epoch, offset}, is the same code as before it).
+ARGS = ["task=gsm8k", "data.sampler=pass_rate", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+        "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=4", "actor.lr=1e-4", "algorithm.entropy_coef=0.01", "reward.workers=1",
         "trainer.logger=[jsonl]", "trainer.log_samples_every=1", f"trainer.total_steps={STEPS}",
         "trainer.keep_checkpoints=0"]

@@ -118,7 +118,7 @@ class AsyncTrainer(Trainer):
             "async/generate_s": seconds.get("rollout", 0.0),  # generation, overlapped with training
             "async/verify_tail_s": seconds.get("verify", 0.0),  # verification left after the last response
         }
-        return rnd
+        return self.record_round(rnd)
 
     def _start_round(self) -> None:
         for rank, worker in enumerate(self.rollouts.workers):  # test hook (REASONRL_FAULT_AT): a worker crashes here
@@ -126,15 +126,17 @@ class AsyncTrainer(Trainer):
             if action is not None:
                 worker.__ray_call__.remote(run_in_actor, action)  # issued before the generation, so it runs first
         state = self.sampler.state_dict()
-        prompts = [self.train_data[i] for i in self.sampler.next_indices()]
+        indices = self.sampler.next_indices()
+        prompts = [self.train_data[i] for i in indices]
         streams = start_stream(self.rollouts, prompts, self.sampling(), self.cfg.rollout.stream_chunk_prompts)
-        self.in_flight.append(InFlight(state, self.collector.submit(self._collect, streams, prompts)))
+        self.in_flight.append(InFlight(state, self.collector.submit(self._collect, streams, prompts, indices)))
 
-    def _collect(self, streams: List[Any], prompts: List[Any]) -> Tuple[Round, Dict[str, float]]:
+    def _collect(self, streams: List[Any], prompts: List[Any],
+                 indices: List[int]) -> Tuple[Round, Dict[str, float]]:
         """Collector thread: the round's chunks to the verifier pool as they come; the verified round."""
         timer = PhaseTimer()
         gen, results = collect_stream(self.rollouts, streams, prompts, self.pool, self.cfg.reward, timer)
-        return Round(prompts, gen, results), timer.seconds
+        return Round(prompts, gen, results, indices), timer.seconds
 
     # ------------------------------------------------------------------ weights
     def sync_rollout_weights(self, version: int) -> Dict[str, float]:

@@ -8,7 +8,7 @@ keeps the informative groups of the first round, samples further rounds (at most
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
@@ -25,6 +25,9 @@ class Round:
     prompts: List[Any]
     gen: Batch
     results: List[Any]
+    indices: List[int] = field(default_factory=list)
+    """The prompts' positions in the training dataset (for the per-prompt statistics); empty once groups are
+    selected from several rounds."""
 
 
 def usable_groups(kept: int, world_size: int, mini_batch_prompts: int) -> int:

@@ -22,7 +22,9 @@ from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
 from reasonrl.controller import WorkerGroup, start_ray
 from reasonrl.controller import cpus_per_worker as worker_cpus
-from reasonrl.data import Batch, EpochSampler, PromptDataset
+from reasonrl.data import Batch, PromptDataset
+from reasonrl.data.curriculum import curriculum_metrics, make_sampler, start_curriculum
+from reasonrl.data.prompt_stats import group_verdicts
 from reasonrl.data.collate import collate_rollout, loss_mask
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
@@ -72,8 +74,13 @@ class Trainer:
                                             cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                             cfg.data.system_prompt)
             check_verifiers([p.row for p in self.train_data.prompts], cfg.reward, "training data")
-            self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, cfg.trainer.seed,
-                                        cfg.data.shuffle)
+            # per-prompt pass statistics (seeded from data.pass_rate_file, cut to data.pass_rate_band) and the
+            # sampler data.sampler names over the prompts kept (docs/curriculum.md)
+            kept, self.prompt_stats = start_curriculum(cfg.data, [p.row for p in self.train_data.prompts])
+            self.train_data.prompts = [self.train_data.prompts[i] for i in kept]
+            self.sampler = make_sampler(cfg.data, [p.row for p in self.train_data.prompts], cfg.trainer.seed,
+                                        self.prompt_stats)
+            self.round_curriculum: Dict[str, float] = {}
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
         self.skipped_steps = SkippedStepGuard(cfg.trainer.max_skipped_steps)
@@ -140,6 +147,8 @@ class Trainer:
             self.sampler.load_state_dict(state["sampler"])
             if "kl_ctrl" in state:  # checkpoints from before the controller keep the configured coefficient
                 self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+            if "prompt_stats" in state:  # checkpoints from before the statistics start from the seeded ones
+                self.prompt_stats.load_state_dict(state["prompt_stats"])
             self.workers.sync_weights()
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
@@ -235,6 +244,7 @@ class Trainer:
             metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
                                       gen["finish_reason"], verdicts)
             metrics.update(sampling_metrics)
+            metrics.update(self.round_curriculum)
             metrics.update(failure_metrics(results, verifiers))
             judged = verdicts.nonzero().squeeze(-1).tolist()
             metrics.update(per_verifier_metrics([verifiers[i] for i in judged], [results[i].score for i in judged],
@@ -340,10 +350,17 @@ class Trainer:
     def sample_round(self, timer: PhaseTimer) -> Round:
         """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
         cfg = self.cfg
-        prompts = [self.train_data[i] for i in self.sampler.next_indices()]
+        indices = self.sampler.next_indices()
+        prompts = [self.train_data[i] for i in indices]
         gen, results = generate_and_verify(self.engines, prompts, self.sampling(), self.pool, cfg.reward,
                                            cfg.rollout.stream_chunk_prompts, timer)
-        return Round(prompts, gen, results)
+        return self.record_round(Round(prompts, gen, results, indices))
+
+    def record_round(self, rnd: Round) -> Round:
+        """The round's verdicts into the per-prompt statistics (``curriculum/*`` metrics as the round was drawn)."""
+        self.round_curriculum = curriculum_metrics(self.prompt_stats, self.sampler, rnd.indices)
+        self.prompt_stats.update(rnd.indices, group_verdicts(rnd.results, self.cfg.rollout.n), self.step + 1)
+        return rnd
 
     @property
     def engines(self) -> WorkerGroup:
@@ -370,7 +387,7 @@ class Trainer:
 
     def save(self) -> Path:
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size,
-                 "kl_ctrl": self.kl_ctrl.state_dict()}
+                 "kl_ctrl": self.kl_ctrl.state_dict(), "prompt_stats": self.prompt_stats.state_dict()}
         def write_workers(directory: str) -> None:
             self.workers.save_checkpoint(directory)
             if self.critic is not None:
