@@ -90,7 +90,8 @@ def test_every_numeric_field_has_a_range():
     import dataclasses
     import typing
 
-    from reasonrl.config.schema import FIELD_RANGES, Config
+    from reasonrl.config.ranges import FIELD_RANGES
+    from reasonrl.config.schema import Config
 
     numeric = (int, float, typing.List[int], typing.List[float], typing.Optional[int], typing.Optional[float])
     sections = typing.get_type_hints(Config)

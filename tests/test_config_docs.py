@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 from reasonrl.config import Config, to_dict
-from reasonrl.config.docs import DOC_PATH, SCHEMA_PATH, check, generate_markdown, parse_schema, render_value
+from reasonrl.config.docs import DOC_PATH, check, generate_markdown, parse_schema, render_value, schema_source
 
 ANCHOR = '    ray_address: Optional[str] = None\n    """Ray cluster address; None starts a local Ray."""\n'
 
 
 def _with_new_field(field_text: str) -> str:
-    source = SCHEMA_PATH.read_text()
+    source = schema_source()
     assert ANCHOR in source, "test anchor moved: update ANCHOR to a field of TrainerConfig"
     return source.replace(ANCHOR, ANCHOR + field_text)
 
@@ -48,7 +48,7 @@ def test_a_field_without_docstring_is_rejected():
 
 
 def test_every_leaf_field_is_documented_with_its_runtime_default():
-    classes = parse_schema(SCHEMA_PATH.read_text())
+    classes = parse_schema(schema_source())
     runtime = to_dict(Config())
     documented = {}
     for section in classes["Config"].fields:

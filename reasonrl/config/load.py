@@ -1,6 +1,6 @@
 """Build a Config from ``key=value`` arguments through OmegaConf's structured configs.
 
-An unknown key, a value of the wrong type or a number outside its range (``schema.FIELD_RANGES``) raises ConfigError
+An unknown key, a value of the wrong type or a number outside its range (``ranges.FIELD_RANGES``) raises ConfigError
 naming the key, before anything loads. A key given twice takes the last value, ``task=`` and ``algorithm=`` too.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
-from .schema import FIELD_RANGES, Config
+from .ranges import FIELD_RANGES
+from .schema import Config
 
 
 class ConfigError(ValueError):

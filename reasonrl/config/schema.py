@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .algorithm_schema import AlgorithmConfig
+
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
@@ -183,69 +185,6 @@ class RefConfig:
 
 
 @dataclass
-class AlgorithmConfig:
-    name: str = "grpo"
-    """The preset this section came from: one of ``ALGORITHM_PRESETS`` (docs/algorithms.md; informational)."""
-    adv_estimator: str = "grpo"
-    """Advantage estimator, a name in ``reasonrl.algorithms.ADV_ESTIMATORS``: grpo, drgrpo, rloo, reinforce_pp,
-    reinforce_pp_baseline, gae, remax, pass_at_k."""
-    norm_by_std: bool = True
-    """GRPO: divide by the group's reward std (false gives Dr.GRPO)."""
-    pass_k: int = 4
-    """pass_at_k advantage: the k of pass@k (1 <= k <= rollout.n); other estimators ignore it."""
-    policy_loss: str = "ppo_clip"
-    """Policy loss, a name in ``reasonrl.algorithms.POLICY_LOSSES``: ppo_clip, gspo, cispo, sapo, gmpo, clip_cov,
-    kl_cov."""
-    policy_loss_options: Dict[str, float] = field(default_factory=dict)
-    """Extra hyper-parameters of the policy loss, e.g. ``algorithm.policy_loss_options.tau_neg=1.1`` (sapo: tau_pos,
-    tau_neg; cispo: weight_min; clip_cov: clip_cov_ratio, clip_cov_lb, clip_cov_ub; kl_cov: kl_cov_ratio,
-    kl_cov_coef); an option the loss does not take is an error. Unset options keep the loss's defaults."""
-    clip_ratio_low: float = 0.2
-    """PPO clip: lower bound 1 - clip_ratio_low (gmpo: the log-ratio's lower bound -clip_ratio_low)."""
-    clip_ratio_high: float = 0.2
-    """PPO clip: upper bound 1 + clip_ratio_high (DAPO clip-higher uses 0.28; cispo: the IS weight's cap;
-    gmpo: the log-ratio's upper bound)."""
-    clip_ratio_dual: float = 3.0
-    """Dual clip: bound on the loss for negative advantages (0: off)."""
-    loss_agg_mode: str = "token-mean"
-    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
-    use_kl_loss: bool = True
-    """Put KL(actor || reference) in the loss (GRPO); false with kl_in_reward for PPO-style reward penalty."""
-    kl_coef: float = 0.001
-    """Weight of the KL term (in the loss or the reward); the initial value with kl_ctrl=adaptive."""
-    kl_loss_estimator: str = "k3"
-    """KL estimator in the loss (use_kl_loss): k1, k2, k3 (docs/algorithms.md: which gradient each gives)."""
-    kl_reward_estimator: str = "k1"
-    """KL estimator in the reward (kl_in_reward): k1, k2, k3; k1 makes the reward's KL term unbiased."""
-    kl_ctrl: str = "fixed"
-    """KL coefficient controller: fixed, or adaptive (Ziegler et al. 2019: kl_coef moves to hold kl_target)."""
-    kl_target: float = 0.1
-    """kl_ctrl=adaptive: the KL per step to hold (the batch's mean per-token KL, as actor/kl)."""
-    kl_horizon: float = 10000.0
-    """kl_ctrl=adaptive: responses over which a persistent 20% KL error changes kl_coef by about e^0.2."""
-    kl_in_reward: bool = False
-    """Subtract kl_coef * KL from the token rewards instead of adding it to the loss."""
-    entropy_coef: float = 0.0
-    """Entropy bonus weight (0: off)."""
-    gamma: float = 1.0
-    """Discount for GAE and REINFORCE++ returns."""
-    lam: float = 1.0
-    """GAE lambda."""
-    tis_mode: str = "off"
-    """Truncated importance sampling against rollout log-probs: off, token, sequence."""
-    tis_cap: float = 2.0
-    """Truncation cap for truncated importance sampling weights."""
-    dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal and refill the batch."""
-    max_resample_rounds: int = 3
-    """DAPO dynamic sampling: most extra rollout rounds per step."""
-    overlong_buffer: int = 0
-    """DAPO overlong shaping: tokens before max_new_tokens where a linear penalty starts (0: off)."""
-    overlong_penalty: float = 1.0
-    """DAPO overlong shaping: penalty reached at max_new_tokens."""
-
-
-@dataclass
 class CriticConfig:
     lr: float = 1e-5
     """Critic AdamW learning rate."""
@@ -410,42 +349,3 @@ class Config:
     async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
-
-
-FIELD_RANGES: Dict[str, str] = {
-    # The allowed values of every numeric field, as intervals: "[a, b]" closed, "(a, b)" open, "inf" unbounded.
-    # load_config rejects a value outside its interval, naming the key, before anything loads.
-    "data.train_batch_size": "[1, inf)", "data.val_batch_size": "[1, inf)", "data.val_limit": "[0, inf)",
-    "data.max_prompt_length": "[1, inf)", "data.pass_rate_prior": "(0, inf)", "data.pass_rate_floor": "[0, 0.25]",
-    "data.pass_rate_band": "[0, 1]",
-    "rollout.n": "[1, inf)", "rollout.max_new_tokens": "[1, inf)", "rollout.temperature": "[0, inf)",
-    "rollout.top_p": "(0, 1]", "rollout.top_k": "[-1, inf)", "rollout.val_temperature": "[0, inf)",
-    "rollout.gpu_memory_utilization": "(0, 1]", "rollout.kv_cache_gb": "(0, inf)",
-    "rollout.weight_sync_bucket_mb": "[1, inf)", "rollout.seed": "[0, inf)",
-    "actor.lr": "[0, inf)", "actor.weight_decay": "[0, inf)", "actor.betas": "[0, 1)", "actor.warmup_steps": "[0, inf)",
-    "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
-    "actor.micro_batch_size_per_worker": "[1, inf)", "actor.max_tokens_per_micro_batch": "[0, inf)",
-    "ref.max_tokens_per_micro_batch": "[0, inf)", "critic.max_tokens_per_micro_batch": "[0, inf)",
-    "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)",
-    "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
-    "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",
-    "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",
-    "async_rollout.transfer_timeout_s": "(0, inf)",
-    "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",
-    "algorithm.clip_ratio_dual": "[0, inf)",
-    "algorithm.kl_coef": "[0, inf)", "algorithm.entropy_coef": "[0, inf)", "algorithm.gamma": "[0, 1]",
-    "algorithm.lam": "[0, 1]", "algorithm.tis_cap": "(0, inf)", "algorithm.max_resample_rounds": "[0, inf)",
-    "algorithm.overlong_buffer": "[0, inf)", "algorithm.overlong_penalty": "[0, inf)",
-    "algorithm.pass_k": "[1, inf)", "algorithm.kl_target": "(0, inf)", "algorithm.kl_horizon": "(0, inf)",
-    "critic.lr": "[0, inf)", "critic.cliprange_value": "[0, inf)", "critic.warmup_steps": "[0, inf)",
-    "reward.workers": "[0, inf)", "reward.timeout_s": "(0, inf)", "reward.max_failed_fraction": "[0, 1]",
-    "reward.score_range": "(-inf, inf)",
-    "trainer.max_skipped_steps": "[0, inf)",
-    "trainer.total_steps": "[0, inf)", "trainer.save_every": "[0, inf)", "trainer.keep_checkpoints": "[0, inf)",
-    "trainer.val_every": "[0, inf)", "trainer.num_workers": "[0, inf)", "trainer.seed": "[0, inf)",
-    "trainer.log_samples_every": "[0, inf)", "trainer.watchdog_max_s": "[0, inf)",
-    "trainer.watchdog_factor": "(1, inf)",
-    "trainer.watchdog_min_s": "[0, inf)",
-    "eval.n": "[1, inf)", "eval.k": "[1, inf)", "eval.limit": "[0, inf)", "eval.temperature": "[0, inf)",
-    "eval.top_p": "(0, 1]", "eval.max_new_tokens": "[1, inf)", "eval.batch_size": "[1, inf)",
-}
