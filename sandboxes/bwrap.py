@@ -82,6 +82,15 @@ class UidSlots:
         fcntl.flock(self._fds[k], fcntl.LOCK_UN)
         self._locks[k].release()
 
+    def close(self) -> None:
+        """Close the lock files of the slots no run holds (a slot in use keeps its file until it is released)."""
+        for k in list(self._fds):
+            if self._locks[k].acquire(blocking=False):
+                try:
+                    os.close(self._fds.pop(k))
+                finally:
+                    self._locks[k].release()
+
 
 def _sandbox_uids(prefix: str) -> List[Tuple[int, int]]:
     users = sorted((u for u in pwd.getpwall() if u.pw_name.startswith(prefix) and u.pw_uid != 0),
@@ -252,7 +261,9 @@ class BwrapSandbox:
         return root
 
     def close(self) -> None:
-        """Nothing is held between runs."""
+        """Nothing of a run is held between runs; the slot lock files are closed."""
+        if self.slots is not None:
+            self.slots.close()
 
 
 def _namespace_init(bwrap_pid: int) -> Optional[int]:

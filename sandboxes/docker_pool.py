@@ -245,6 +245,10 @@ class DockerSandbox:
         for box in list(self._all):
             box.remove()
         self._all.clear()
+        try:
+            self.client.close()  # its connection pool's sockets
+        except Exception:
+            pass
 
 
 def _close_quietly(ref) -> None:
