@@ -118,17 +118,8 @@ def clear_ipc():
     """Empty /dev/shm and /dev/mqueue (root with CAP_FOWNER may delete in these sticky directories); return
     whether they and the System V tables are all empty now."""
     for top in IPC_DIRS:
-        if not os.path.isdir(top):
-            continue
-        for name in os.listdir(top):
-            path = os.path.join(top, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        if os.path.isdir(top):
+            empty_directory(top)
     return not sysv_objects() and not any(os.path.isdir(top) and os.listdir(top) for top in IPC_DIRS)
 
 
@@ -160,9 +151,10 @@ def reap(proc):
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def clear_work():
-    for name in os.listdir(WORK):
-        path = os.path.join(WORK, name)
+def empty_directory(top):
+    """Remove everything inside ``top`` (links are removed, never followed)."""
+    for name in os.listdir(top):
+        path = os.path.join(top, name)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
@@ -170,6 +162,10 @@ def clear_work():
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def clear_work():
+    empty_directory(WORK)
 
 
 def memfd(data=b""):
