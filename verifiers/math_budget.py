@@ -9,17 +9,16 @@ Two bounds, both in the calling thread (a VerifierPool's kill-on-timeout is a th
   the size in bits of every numeric subexpression from its parts (never computing it).
 - ``time_budget``: a wall-clock limit on the sympy phase, for the slow cases the static budget lets through
   (simplifying a long expression). In the main thread it uses an interval timer (``SIGALRM``), as long as
-  nobody else holds one; elsewhere a trace function checks the clock at every Python call. Either way the
-  work is stopped by raising ``TooComplex``, a ``BaseException``, so sympy's and math-verify's
+  nobody else holds one; elsewhere a watchdog thread makes the budgeted thread raise at the deadline. Either
+  way the work is stopped by raising ``TooComplex``, a ``BaseException``, so sympy's and math-verify's
   ``except Exception`` blocks do not swallow it.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import signal
-import sys
 import threading
-import time
 from typing import Any, Optional
 
 MAX_NODES = 600
@@ -168,60 +167,85 @@ def _can_use_timer() -> bool:
     return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0
 
 
+class _Expired(TooComplex):
+    """What the watchdog thread raises in the budgeted thread (an exception class, so it carries no message)."""
+
+    def __str__(self) -> str:
+        return "verification ran past its time budget"
+
+
+def _raise_in_thread(thread_id: int, exception: Optional[type]) -> None:
+    """Make ``thread_id`` raise ``exception`` at its next bytecode; None cancels a pending one."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               ctypes.py_object(exception) if exception is not None else None)
+
+
 class time_budget:  # noqa: N801  (used like a function: ``with time_budget(5): ...``)
     """``with time_budget(seconds):`` raises ``TooComplex`` in the calling thread when the block runs longer than
     ``seconds`` (None or 0: no limit).
 
-    Pure-Python work is interrupted between bytecodes; a single long C call (a huge integer power) is not,
-    which is what ``check_expression`` is for. The raise never lands in ``__exit__`` (which disarms first), so
-    the timer or trace function is always removed.
+    In the main thread, when SIGALRM is free, an interval timer whose handler raises (and fires again every
+    ``_TIMER_REFIRE_S`` in case one raise is swallowed); it never raises inside ``__exit__``, which disarms
+    first. Elsewhere a watchdog thread waits for the deadline and then, once, makes the budgeted thread raise
+    (``PyThreadState_SetAsyncExc``); ``__exit__`` cancels it, or a raise it already requested. Neither costs
+    anything while the work runs. Pure-Python work is interrupted between bytecodes; a single long C call (a
+    huge integer power) is not, which is what ``check_expression`` is for.
     """
 
     def __init__(self, seconds: Optional[float]) -> None:
         self.seconds = float(seconds) if seconds and seconds > 0 else None
-        self.ends_at = 0.0
         self.armed = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._fired = False
+        self._thread_id = 0
         self._previous_handler: Any = None
-        self._previous_trace: Any = None
         self._uses_timer = False
 
     def __enter__(self) -> "time_budget":
         if self.seconds is None:
             return self
-        self.ends_at = time.monotonic() + self.seconds
         self._uses_timer = _can_use_timer()
         self.armed = True
         if self._uses_timer:
             self._previous_handler = signal.signal(signal.SIGALRM, self._on_alarm)
             signal.setitimer(signal.ITIMER_REAL, self.seconds, _TIMER_REFIRE_S)
         else:
-            self._previous_trace = sys.gettrace()
-            sys.settrace(self._on_call)
+            self._thread_id = threading.get_ident()
+            threading.Thread(target=self._watch, name="math-time-budget", daemon=True).start()
         return self
 
-    def __exit__(self, *exc_info: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
         if self.seconds is None:
             return False
-        self.armed = False
         if self._uses_timer:
+            self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0, 0)
             signal.signal(signal.SIGALRM, self._previous_handler)
         else:
-            sys.settrace(self._previous_trace)
+            with self._lock:
+                self.armed = False
+                if self._fired:  # requested but perhaps not raised yet: cancel it
+                    _raise_in_thread(self._thread_id, None)
+            self._done.set()
+        if isinstance(exc, _Expired):
+            raise TooComplex(self._message()) from None
         return False
 
-    def _expire(self, frame: Any) -> None:
-        if self.armed and (frame is None or frame.f_code is not _EXIT_CODE):
-            raise TooComplex(f"verification ran past its {self.seconds:g} s time budget")
+    def _message(self) -> str:
+        return f"verification ran past its {self.seconds:g} s time budget"
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
-        self._expire(frame)
+        if self.armed and (frame is None or frame.f_code is not _EXIT_CODE):
+            raise TooComplex(self._message())
 
-    def _on_call(self, frame: Any, event: str, arg: Any) -> Any:
-        if time.monotonic() > self.ends_at:
-            self._expire(frame)
-        previous = self._previous_trace
-        return previous(frame, event, arg) if previous is not None else None
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        with self._lock:
+            if self.armed:
+                self._fired = True
+                _raise_in_thread(self._thread_id, _Expired)
 
 
 _EXIT_CODE = time_budget.__exit__.__code__
