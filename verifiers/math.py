@@ -4,12 +4,19 @@ Pipeline for one response:
 
 1. extract the answer (``math_extract.extract_answer``: last box, ``####``, "the answer is", final line);
 2. normalise both sides (``math_normalize.normalize_answer``) and accept an exact string match;
-3. fast numeric path: both sides plain numbers (``1,000``, ``0.50``, ``3/4``) -> exact Fraction comparison;
-   a side written as inequalities (``1 < x < 5``, ``x < 2 or x > 3``) against intervals or inequalities ->
-   the sets of reals they describe are compared (``math_sets``);
-4. otherwise math-verify (sympy) decides, with its own signal.alarm timeouts disabled (they fail off the
-   main thread; the VerifierPool enforces time by killing the worker), and an exact-value check that
-   rejects math-verify's float-rounding false positives such as ``1/2004!`` vs ``1/2006!``.
+3. fast numeric path: both sides plain numbers (``1,000``, ``0.50``, ``3/4``, ``0.\\overline{3}``) -> exact
+   Fraction comparison; a side that is plain arithmetic (``1+2+...+400`` written out) is evaluated exactly
+   (``math_arith``); a side written as inequalities (``1 < x < 5``, ``x < 2 or x > 3``) against intervals or
+   inequalities -> the sets of reals they describe are compared (``math_sets``);
+4. otherwise math-verify (sympy) decides, with its own signal.alarm timeouts disabled, and an exact-value
+   check that rejects math-verify's float-rounding false positives such as ``1/2004!`` vs ``1/2006!``.
+
+Bounded work, in the calling thread (``math_budget``): extraction is linear in the response; an answer over
+``MAX_ANSWER_CHARS``, a non-arithmetic answer over ``MAX_SYMBOLIC_CHARS`` (or twice the gold's length), a
+parsed expression over the node budget or with a power/factorial too large to compute, and comparisons past
+the fast numeric path that run longer than ``time_budget_s`` score 0 with a reason starting ``too_complex``
+(``info["too_complex"] = True``).
+A response with no marked answer is read by ``math_fallback`` (its final statement, never a list of numbers).
 
 The gold answer is parsed once per distinct string (an LRU cache), so the n samples of a prompt share it.
 """
@@ -22,12 +29,22 @@ from fractions import Fraction
 from typing import Any, List, Optional, Tuple
 
 from .base import Verifier, VerifyResult, register_verifier
-from .math_extract import extract_answer, last_boxed, last_number
+from .math_arith import evaluate
+from .math_budget import TooComplex, check_expression, time_budget
+from .math_extract import extract_answer, last_boxed
+from .math_fallback import MAX_NUMBERS, final_number, strip_chat_tokens
 from .math_normalize import decimal_comma, normalize_answer, numbers_equal, parse_number
 from .math_sets import INEQUALITY, same_sets, solution_set
 
-_MAX_RESPONSE_TAIL = 4000
-"""Only the last characters of a response are searched by math-verify's own extraction (bounded cost)."""
+MAX_ANSWER_CHARS = 5000
+"""A longer extracted answer is ``too_complex`` before any work (normalising it would already cost)."""
+MAX_SYMBOLIC_CHARS = 400
+"""A longer answer that is not plain arithmetic is ``too_complex`` unless the gold is at least half as long
+(a gold matrix or list may be long; MATH-500's longest gold is 53 characters)."""
+_UNMARKED_LINE_CHARS = 1000
+"""Of a response with no marked answer, math-verify's own extraction reads at most this much of the final line."""
+_MATH_SEGMENT = re.compile(r"\$\$.+?\$\$|\$.+?\$|\\\(.+?\\\)|\\\[.+?\\\]", re.DOTALL)
+_PLAIN_NUMBER_IN_TEXT = re.compile(r"\d+(?:[.,]\d+)*")
 _EXACT_CHECK_DIGITS = 40
 """Digits used to re-check two exact numbers that math-verify called equal."""
 
@@ -49,14 +66,20 @@ def _extraction_config() -> tuple:
 
 
 def mv_parse(text: str) -> list:
-    """math-verify's parse with its alarm-based timeout disabled; ``[]`` when nothing parses."""
+    """math-verify's parse with its alarm-based timeout disabled; ``[]`` when nothing parses.
+
+    Raises ``TooComplex`` when the parsed expression is over the static budget (``check_expression``), before
+    anything evaluates it.
+    """
     if not text:
         return []
     mv = _math_verify()
     try:
-        return mv.parse(text, extraction_config=_extraction_config(), parsing_timeout=None)
+        parsed = mv.parse(text, extraction_config=_extraction_config(), parsing_timeout=None)
     except Exception:  # math-verify swallows most errors itself; anything else means "unparseable"
         return []
+    check_expression(parsed)
+    return parsed
 
 
 def _as_latex(answer: str) -> str:
@@ -82,6 +105,17 @@ class ParsedGold:
     """The exact value when the gold is a plain number, else None."""
     _sympy: Optional[list] = None
     _solution_set: Any = False  # False: not computed yet
+    _value: Any = False  # False: not computed yet
+
+    @property
+    def value(self) -> Optional[Fraction]:
+        """The exact value when the gold is a plain number or plain arithmetic (``math_arith``), else None."""
+        if self._value is False:
+            try:
+                self._value = self.number if self.number is not None else evaluate(self.normalized)
+            except TooComplex:
+                self._value = None
+        return self._value
 
     @property
     def solution_set(self) -> Optional[list]:
@@ -159,17 +193,23 @@ class MathVerifier(Verifier):
     Options:
         float_rounding: decimal places math-verify rounds floats to before comparing (default 6).
         numeric_rel_tol: relative tolerance of the fast numeric path (default 1e-9: exact for GSM8K).
-        fallback_last_number: when the response states no answer, compare its last number with a numeric gold
-            (GSM8K "flexible" scoring; default True).
+        fallback_last_number: when the response marks no answer, compare the number its final statement
+            states with a numeric gold (GSM8K "flexible" scoring, ``math_fallback``; default True).
+        time_budget_s: wall-clock seconds the comparisons past the fast numeric path (arithmetic, sets, sympy)
+            may take before the response scores 0 as ``too_complex`` (default 5.0, under the VerifierPool's
+            10 s; 0 or None: no limit).
     """
 
     def __init__(self, float_rounding: int = 6, numeric_rel_tol: float = 1e-9,
-                 fallback_last_number: bool = True, **options: Any) -> None:
+                 fallback_last_number: bool = True, time_budget_s: Optional[float] = 5.0, **options: Any) -> None:
         super().__init__(float_rounding=float_rounding, numeric_rel_tol=numeric_rel_tol,
-                         fallback_last_number=fallback_last_number, **options)
+                         fallback_last_number=fallback_last_number, time_budget_s=time_budget_s, **options)
         self.float_rounding = int(float_rounding)
         self.numeric_rel_tol = float(numeric_rel_tol)
         self.fallback_last_number = bool(fallback_last_number)
+        if time_budget_s is not None and (not isinstance(time_budget_s, (int, float)) or time_budget_s < 0):
+            raise ValueError(f"math verifier option time_budget_s must be a number >= 0 or None, got {time_budget_s!r}")
+        self.time_budget_s = float(time_budget_s) if time_budget_s else None
 
     # -- public API --------------------------------------------------------------------------------
     def verify(self, response: str, ground_truth: Any, **extra: Any) -> VerifyResult:
@@ -183,9 +223,13 @@ class MathVerifier(Verifier):
         if method == "unclosed_box":  # cut off inside its final answer: nothing to credit, not even a last number
             return VerifyResult.incorrect("the final \\boxed{ never closes (a truncated response)", extracted=None,
                                           method=method)
-        if answer is None:
-            return self._verify_unmarked(response, gold)
-        equal, how = self.answers_equal(gold, answer)
+        try:
+            if answer is None:
+                return self._verify_unmarked(response, gold)
+            equal, how = self.answers_equal(gold, answer)
+        except TooComplex as exc:
+            return VerifyResult.incorrect(f"too_complex: {exc}", extracted=_preview(answer), method=method,
+                                          too_complex=True)
         return self._result(equal, answer, method, how)
 
     def verify_many(self, response_list: list, ground_truth: Any, **extra: Any) -> List[VerifyResult]:
@@ -193,7 +237,12 @@ class MathVerifier(Verifier):
         return [self.verify(response, ground_truth, **extra) for response in response_list]
 
     def answers_equal(self, gold: ParsedGold, answer: str) -> Tuple[bool, str]:
-        """``(equal, how)`` for an extracted answer string against a prepared gold."""
+        """``(equal, how)`` for an extracted answer string against a prepared gold.
+
+        Raises ``TooComplex`` when the answer is over a budget (see the module docstring).
+        """
+        if len(answer) > MAX_ANSWER_CHARS:
+            raise TooComplex(f"the answer is {len(answer)} characters long (limit {MAX_ANSWER_CHARS})")
         normalized = normalize_answer(answer)
         if not normalized:
             return False, "empty answer"
@@ -211,13 +260,26 @@ class MathVerifier(Verifier):
             return numbers_equal(number, gold_number, self.numeric_rel_tol), "numeric"
         if _same_choice(normalized, gold.normalized):
             return True, "multiple-choice letter"
+        _math_verify()  # imported outside the time budget: an import stopped midway could leave sympy half-loaded
+        with time_budget(self.time_budget_s):
+            return self._bounded_equal(gold, answer, normalized, number)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _bounded_equal(self, gold: ParsedGold, answer: str, normalized: str,
+                       number: Optional[Fraction]) -> Tuple[bool, str]:
+        """The comparisons that may cost: exact arithmetic, solution sets, sympy (under the time budget)."""
+        value = number if number is not None else evaluate(normalized)
+        if value is not None and gold.value is not None:
+            return numbers_equal(value, gold.value, self.numeric_rel_tol), "exact arithmetic"
+        limit = max(MAX_SYMBOLIC_CHARS, 2 * len(gold.normalized))
+        if len(normalized) > limit:
+            raise TooComplex(f"the answer is {len(normalized)} characters of non-arithmetic math (limit {limit})")
         if INEQUALITY.search(normalized) or INEQUALITY.search(gold.normalized):  # an interval vs inequalities
             gold_set, pred_set = gold.solution_set, solution_set(normalized, _parse_answer)
             if gold_set is not None and pred_set is not None:
                 return same_sets(gold_set, pred_set, self.numeric_rel_tol), "solution sets"
         return self._sympy_equal(gold, mv_parse(_as_latex(normalized)) or mv_parse(_as_latex(answer)))
 
-    # -- internals ---------------------------------------------------------------------------------
     def _sympy_equal(self, gold: ParsedGold, pred: list) -> Tuple[bool, str]:
         if not gold.sympy:
             return False, "gold answer could not be parsed"
@@ -233,17 +295,27 @@ class MathVerifier(Verifier):
         return bool(equal), "math-verify"
 
     def _verify_unmarked(self, response: str, gold: ParsedGold) -> VerifyResult:
-        """No marked answer: math-verify's own extraction, then (numeric gold) the last number."""
-        tail = response[-_MAX_RESPONSE_TAIL:]
-        if self.fallback_last_number and gold.number is not None:
-            number_text = last_number(tail)
-            if number_text is not None:
-                equal, how = self.answers_equal(gold, number_text)
-                return self._result(equal, number_text, "last_number", how)
-        pred = mv_parse(tail)
-        if pred:
-            equal, how = self._sympy_equal(gold, pred)
-            return self._result(equal, str(pred[-1]), "math_verify_extract", how)
+        """No marked answer. A numeric gold: the number the final statement states (``math_fallback``; a list
+        of numbers states none). Otherwise math-verify's own extraction on the final line, unless that line
+        lists more than ``MAX_NUMBERS`` numbers outside math."""
+        if self.fallback_last_number and gold.value is not None:
+            number_text, why = final_number(response)
+            if number_text is None:
+                return VerifyResult.incorrect(why, extracted=None, method="last_number")
+            equal, how = self.answers_equal(gold, number_text)
+            return self._result(equal, number_text, "last_number", how)
+        line = strip_chat_tokens(response[-4 * _UNMARKED_LINE_CHARS:]).rstrip()
+        line = line[line.rfind("\n") + 1:][-_UNMARKED_LINE_CHARS:]
+        listed = len(_PLAIN_NUMBER_IN_TEXT.findall(_MATH_SEGMENT.sub(" ", line)))
+        if listed > MAX_NUMBERS:
+            return VerifyResult.incorrect(f"no stated answer: the final line lists {listed} numbers", extracted=None,
+                                          method="none")
+        _math_verify()  # imported outside the time budget (see answers_equal)
+        with time_budget(self.time_budget_s):
+            pred = mv_parse(line)
+            if pred:
+                equal, how = self._sympy_equal(gold, pred)
+                return self._result(equal, str(pred[-1]), "math_verify_extract", how)
         return VerifyResult.incorrect("no answer found in the response", extracted=None, method="none")
 
     @staticmethod
@@ -251,3 +323,10 @@ class MathVerifier(Verifier):
         reason = f"correct ({how})" if equal else f"not equal ({how})"
         return VerifyResult(score=1.0 if equal else 0.0, correct=bool(equal),
                             info={"extracted": answer, "method": method, "reason": reason})
+
+
+def _preview(answer: Optional[str], limit: int = 200) -> Optional[str]:
+    """An answer cut to ``limit`` characters for ``info`` (a too-long answer is not copied whole)."""
+    if answer is None or len(answer) <= limit:
+        return answer
+    return answer[:limit] + f"... ({len(answer)} characters)"

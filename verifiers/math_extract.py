@@ -2,17 +2,17 @@
 
 The order follows what models are asked to write: the last ``\\boxed{...}`` (or ``\\fbox{...}``), then a
 GSM8K ``#### answer`` line, then a phrase such as "the answer is ...", then a short final line that looks
-like an answer. Nested braces are matched. A response whose last box never closes was cut off: it has no
-answer (``extract_answer``); only a gold's unclosed box (``last_boxed``) is read to the end of the text.
-Pure string work: no sympy, no math-verify, so it is fast and cannot hang.
+like an answer; a marker written after the last box wins over it (``extract_answer``). Nested braces are
+matched (``math_boxes``). A response whose last box never closes was cut off: it has no answer; only a gold's
+unclosed box (``last_boxed``) is read to the end of the text. Pure string work, linear in the length of the
+response (every regex here either scans once or reads a bounded slice): no sympy, no math-verify.
 """
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
-BOX_COMMANDS = ("\\boxed", "\\fbox")
-"""LaTeX commands whose argument is taken as the final answer."""
+from .math_boxes import BOX_COMMANDS, boxed_contents, find_boxes, last_box_run, last_boxed  # noqa: F401
 
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
 _ANSWER_KEYWORD_RE = re.compile(
@@ -27,88 +27,6 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 _LEADING_VALUE_RE = re.compile(r"\$[^$]+\$|-?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?=\s|$)")
 _MAX_ANSWER_CHARS = 1000
 """An answer read after a keyword is at most this long (keeps the later regexes linear-time in practice)."""
-_JOINABLE_GAP = 40
-"""Boxes separated by at most this much connecting text form one answer list (see ``_CONNECTOR_RE``)."""
-_CONNECTOR_RE = re.compile(
-    r"^(?:\s|[,;$]|\\q?quad|\\[,;:!]|\\[()\[\]]|\\text\{[^{}]*\}|\band\b|\bor\b|"
-    r"[a-zA-Z](?:_\{?\w+\}?)?\s*=)*$")
-"""Only separators, "and"/"or", \\text{...} notes and ``x_2 =`` labels may stand between joined boxes."""
-
-
-def _read_braced(text: str, open_at: int) -> Tuple[str, bool]:
-    """The content of the brace group opening at ``text[open_at] == '{'`` and whether it was closed."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        ch = text[i]
-        if ch == "\\":  # skip escaped braces such as \{ and \}
-            continue
-        if ch == "{" and (i == 0 or text[i - 1] != "\\"):
-            depth += 1
-        elif ch == "}" and text[i - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1:i], True
-    return text[open_at + 1:], False
-
-
-def _boxes(text: str) -> List[Tuple[int, int, str, bool]]:
-    """``(start, end, content, closed)`` of every ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``, in order."""
-    found: List[Tuple[int, int, str, bool]] = []
-    for command in BOX_COMMANDS:
-        start = 0
-        while True:
-            at = text.find(command, start)
-            if at < 0:
-                break
-            after = at + len(command)
-            start = after
-            if after < len(text) and text[after].isalpha():  # \boxedfoo is another command
-                continue
-            rest = text[after:]
-            stripped = rest.lstrip()
-            offset = after + (len(rest) - len(stripped))
-            if stripped.startswith("{"):
-                content, closed = _read_braced(text, offset)
-                end = offset + len(content) + (2 if closed else 1)
-            elif stripped[:1] and stripped[:1] not in "$\\":  # "\boxed 5" form: up to the next space/$
-                content = re.split(r"[\s$]", stripped, maxsplit=1)[0]
-                end, closed = offset + len(content), True
-            else:
-                continue
-            found.append((at, end, content.strip(), closed))
-    found.sort(key=lambda box: box[0])
-    return found
-
-
-def boxed_contents(text: str) -> List[str]:
-    """All box arguments in ``text`` in order of appearance."""
-    return [content for _start, _end, content, _closed in _boxes(text)]
-
-
-def last_boxed(text: str) -> Optional[str]:
-    """The content of the last box in ``text``, or None.
-
-    Boxes written as one list at the end (``\\boxed{1}, \\boxed{2} and \\boxed{3}``: gaps of at most
-    ``_JOINABLE_GAP`` characters without a blank line) are joined as ``1, 2, 3``.
-    """
-    boxes = _boxes(text)
-    if not boxes:
-        return None
-    run = [boxes[-1]]
-    for box in reversed(boxes[:-1]):
-        gap = text[box[1]:run[0][0]]
-        if len(gap) > _JOINABLE_GAP or "\n\n" in gap or box[1] > run[0][0] or not _CONNECTOR_RE.match(gap):
-            break
-        run.insert(0, box)
-    contents = [content for _start, _end, content, _closed in run if content]
-    return ", ".join(contents) if contents else None
-
-
-def _last_box(text: str) -> Tuple[int, bool]:
-    """Where the last box starts (-1: no box) and whether every box closes (an unclosed one runs to the end of
-    the text, so it holds every later box)."""
-    boxes = _boxes(text)
-    return (boxes[-1][0] if boxes else -1), all(box[3] for box in boxes)
 
 
 def _read_after_keyword(text: str) -> str:
@@ -155,7 +73,7 @@ def focus_answer(candidate: str, allow_last_number: bool = True) -> str:
         if leading:  # "120 cubic units", "$14$ apples"
             return leading.group(0).strip()
     if not _WORD_RE.search(_MATH_SEGMENT_RE.sub(" ", candidate)):  # words only in another script
-        chunks = [chunk.strip() for chunk in re.split(r"[^\x00-\x7f]+", candidate) if chunk.strip(" .,:;")]
+        chunks = [chunk.strip(" .,:;*") for chunk in re.split(r"[^\x00-\x7f]+", candidate) if chunk.strip(" .,:;*")]
         if chunks and not _is_wordy(chunks[-1]):
             return chunks[-1]
     segments = [next(group for group in match.groups() if group is not None)
@@ -168,7 +86,7 @@ def focus_answer(candidate: str, allow_last_number: bool = True) -> str:
 
 def _looks_like_answer_line(line: str) -> bool:
     """Short, with at least one digit or LaTeX command, and not a sentence of words."""
-    if not line:
+    if not line or len(line) > _FINAL_LINE_MAX_LATEX_CHARS:  # the length first: the regexes below stay cheap
         return False
     has_math = any(ch.isdigit() for ch in line) or "\\" in line or "$" in line
     if not has_math:
@@ -177,37 +95,68 @@ def _looks_like_answer_line(line: str) -> bool:
     return len(line) <= limit
 
 
+def _is_clean_answer(candidate: str) -> bool:
+    """A bare answer: a number, math or a choice letter, with no word of three letters or more outside math."""
+    if not candidate or len(candidate) > _FINAL_LINE_MAX_LATEX_CHARS:
+        return False
+    if _WORD_RE.search(_MATH_SEGMENT_RE.sub(" ", candidate)):
+        return False
+    return any(ch.isdigit() for ch in candidate) or "\\" in candidate or "$" in candidate or \
+        bool(re.fullmatch(r"\(?[A-J]\)?", candidate.strip()))
+
+
+def _last_line(text: str, limit: int = _FINAL_LINE_MAX_LATEX_CHARS + 1) -> str:
+    """The last non-empty line of ``text``, read from at most its last ``limit`` characters' worth of line."""
+    stripped = text.rstrip()
+    start = stripped.rfind("\n") + 1
+    return stripped[max(start, len(stripped) - limit):].strip()
+
+
 def extract_answer(response: str) -> Tuple[Optional[str], str]:
     """``(answer_text, method)``; ``(None, "none")`` when the response states no answer.
 
-    ``method`` is one of ``boxed``, ``gsm8k``, ``answer_phrase``, ``final_line``, ``none``. A "final answer
-    is ..." phrase written after the last box wins over the box. ``(None, "unclosed_box")``: the last box never
-    closes, so the response was cut off inside its answer (whatever it holds is not a stated answer).
+    ``method`` is one of ``boxed``, ``gsm8k``, ``answer_phrase``, ``final_line``, ``none``. The last box wins,
+    except over a marker written after it: a "final answer is ..." phrase, a ``####`` line, or an "the answer
+    is ..." phrase that holds a bare answer (a response that echoes an example's boxed answer and then states
+    its own answer). ``(None, "unclosed_box")``: the last box never closes, so the response was cut off inside
+    its answer (whatever it holds is not a stated answer). Linear in the length of the response.
     """
     if not isinstance(response, str) or not response.strip():
         return None, "none"
-    box_start, boxes_closed = _last_box(response)
-    if not boxes_closed:
+    boxes = find_boxes(response)
+    if boxes and not all(box.closed for box in boxes):  # an unclosed box runs to the end: it holds the rest
         return None, "unclosed_box"
+    box_end = boxes[-1].end if boxes else -1
     final_phrases = list(_FINAL_ANSWER_RE.finditer(response))
-    if final_phrases and final_phrases[-1].start() > box_start:
+    if final_phrases and final_phrases[-1].start() >= box_end:
         candidate = _read_after_keyword(response[final_phrases[-1].end():])
         if candidate:
             return focus_answer(candidate), "answer_phrase"
-    boxed = last_boxed(response) if box_start >= 0 else None
-    if boxed:
-        return boxed, "boxed"
-    hashes = _HASH_RE.findall(response)
-    if hashes and hashes[-1].strip():
-        return _read_after_keyword(hashes[-1]) or hashes[-1].strip(), "gsm8k"
+    hashes = list(_HASH_RE.finditer(response))
+    hash_answer = None
+    if hashes and hashes[-1].group(1).strip():
+        hash_answer = _read_after_keyword(hashes[-1].group(1)) or hashes[-1].group(1).strip()
+    if hash_answer and hashes[-1].start() >= box_end >= 0:
+        return hash_answer, "gsm8k"
     phrases = list(_ANSWER_KEYWORD_RE.finditer(response))
+    phrase_answer = None
     if phrases:
         candidate = _read_after_keyword(response[phrases[-1].end():])
-        if candidate:
-            return focus_answer(candidate), "answer_phrase"
-    lines = [line.strip() for line in response.strip().split("\n") if line.strip()]
-    if lines and _looks_like_answer_line(lines[-1]):
-        candidate = focus_answer(lines[-1].rstrip(".").strip(), allow_last_number=False)
+        phrase_answer = focus_answer(candidate) if candidate else None
+    if boxes:
+        if phrase_answer and phrases[-1].start() >= box_end and _is_clean_answer(phrase_answer):
+            return phrase_answer, "answer_phrase"
+        boxed = ", ".join(content for content in (box.content(response)
+                                                  for box in last_box_run(response, boxes)) if content)
+        if boxed:
+            return boxed, "boxed"
+    if hash_answer:
+        return hash_answer, "gsm8k"
+    if phrase_answer:
+        return phrase_answer, "answer_phrase"
+    line = _last_line(response)
+    if _looks_like_answer_line(line):
+        candidate = focus_answer(line.rstrip(".").strip(), allow_last_number=False)
         if not _is_wordy(candidate):
             return candidate, "final_line"
     return None, "none"

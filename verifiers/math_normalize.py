@@ -3,13 +3,16 @@
 ``normalize_answer`` removes what does not change the value: math delimiters, ``\\left``/``\\right``,
 spacing commands, ``\\text{...}`` units, currency, percent and degree signs, thousands separators,
 trailing zeros. ``parse_number`` reads a plain number (``-1,000.50``, ``3/4``, ``\\frac{3}{4}``,
-``2\\frac{1}{2}``) as an exact Fraction so that GSM8K-style checks never reach sympy.
+``2\\frac{1}{2}``, ``0.\\overline{3}``) as an exact Fraction so that GSM8K-style checks never reach sympy.
+Unicode math symbols (``√2``, ``x²``, ``−5``, ``½``) are first rewritten as LaTeX (``math_unicode``).
 """
 from __future__ import annotations
 
 import re
 from fractions import Fraction
 from typing import Optional
+
+from .math_unicode import unicode_to_latex
 
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _SPACING = re.compile(r"(?<!\\)\\[,;: ]|\\q?quad|~")
@@ -24,7 +27,7 @@ _UNIT_WORDS = (
 )
 _TEXT_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\{\s*(?:" + _UNIT_WORDS + r")\s*\}(?:\^[23]|\^\{[23]\})?")
 _TRAILING_TEXT = re.compile(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{[^{}]*\}$")
-_TRAILING_UNIT = re.compile(r"(?<=[\d}])\s*(?:" + _UNIT_WORDS + r")\.?$")
+_TRAILING_UNIT = re.compile(r"(?<=[\d}])\s*(?:" + _UNIT_WORDS + r")(?:\^\{?[23]\}?)?\.?$")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|mathbf)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _THOUSANDS_SPACE = re.compile(r"^-?\d{1,3}(?:(?:\\,| |\{,\})\d{3})+(?:\.\d+)?$")
@@ -36,6 +39,7 @@ _ASSIGNMENT = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=[^=a-zA-Z]+$)")
 _ASSIGNMENT_FRAC = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=-?\\frac\{\d+\}\{\d+\}$)")
 _DECIMAL_COMMA = re.compile(r"^(-?\d+),(\d{1,2}|\d{4,})$|^(-?0),(\d+)$")
 _NUMBER_WITH_DOLLARS = re.compile(r"^\$?\s*-?[\d,.]+\s*\$?$")
+_REPEATING_DECIMAL = re.compile(r"^([-+]?)(\d*)\.(\d*)\\(?:overline|bar|dot)(?:\{(\d+)\}|(\d))$")
 
 
 def strip_delimiters(text: str) -> str:
@@ -53,7 +57,7 @@ def normalize_answer(text: str) -> str:
     """A canonical string for ``text`` (the value is unchanged; see the module docstring)."""
     if not isinstance(text, str):
         text = str(text)
-    text = strip_delimiters(text.strip())
+    text = strip_delimiters(unicode_to_latex(text.strip()))
     text = _LEFT_RIGHT.sub("", text)
     text = _FRAC_VARIANTS.sub(r"\\frac", text)
     text = text.replace("bmatrix}", "pmatrix}")
@@ -96,6 +100,23 @@ def decimal_comma(text: str) -> Optional[str]:
     return f"{whole}.{fraction}"
 
 
+def repeating_decimal(text: str) -> Optional[Fraction]:
+    """The exact value of a repeating decimal such as ``0.\\overline{3}`` (1/3) or ``0.1\\overline{6}`` (1/6).
+
+    ``I.A\\overline{R}`` (integer part I, digits A once, then R repeated) is ``I + (AR - A) / (10^a (10^r - 1))``
+    with ``a``, ``r`` the lengths of A and R: 0.1666... = (16 - 1) / (10 * 9) = 1/6. ``\\bar``/``\\dot`` alike.
+    """
+    match = _REPEATING_DECIMAL.match(text.strip().replace(" ", ""))
+    if not match:
+        return None
+    sign, whole, once, repeated = match.group(1), match.group(2), match.group(3), match.group(4) or match.group(5)
+    if len(once) + len(repeated) > 40:
+        return None
+    value = int(whole or 0) + Fraction(int(once + repeated) - int(once or 0),
+                                       10 ** len(once) * (10 ** len(repeated) - 1))
+    return -value if sign == "-" else value
+
+
 def parse_number(text: str) -> Optional[Fraction]:
     """An exact Fraction for a plain number string (already normalised), or None when it is not one."""
     text = text.strip().replace(" ", "")
@@ -104,6 +125,10 @@ def parse_number(text: str) -> Optional[Fraction]:
     try:
         if _PLAIN_NUMBER.match(text):
             return Fraction(text)
+        if "\\" in text:
+            repeating = repeating_decimal(text)
+            if repeating is not None:
+                return repeating
         match = _SLASH_FRACTION.match(text)
         if match:
             denominator = int(match.group(2))
