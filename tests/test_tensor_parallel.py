@@ -166,3 +166,63 @@ def test_two_workers_share_one_engine_sharded_two_ways(local_ray, tp_model):
     assert stale["weight_sync/logprob_diff_max"] > 1e-2  # the actor moved, the engine did not
     assert after["weight_sync/logprob_diff_max"] < 1e-3, after  # each rank's shard of the new weights arrived
     assert all(s["bytes"] > 0 for s in sync)
+
+
+class StreamWorker(EchoWorker):
+    """A streaming generate that answers each prompt with its own text, one prompt per chunk, and records its part."""
+
+    def generate_stream(self, prompts: Batch, chunk_prompts: int):
+        self.part = list(prompts["prompt"])
+        for i, prompt in enumerate(self.part):
+            yield Batch(meta={"prompt_row": [i], "response_text": [f"\\boxed{{{prompt}}}"], "rank": [self.rank]})
+
+    @dispatch(ONE_TO_ALL)
+    def streamed_part(self) -> list:
+        return self.part
+
+
+def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
+    """Rewards while generating with tensor-parallel engines: the ranks of one engine get the same prompts (they run
+    the engine together), and only each engine's first rank's rows are verified, each prompt once."""
+    from reasonrl.config.schema import RewardConfig
+    from reasonrl.data.prompts import Prompt
+    from reasonrl.trainer.metrics import PhaseTimer
+    from reasonrl.trainer.streaming import collect_stream
+    from reasonrl.verifiers import VerifierPool
+
+    prompts = [Prompt([i], {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": str(i)}})
+               for i in range(4)]
+    group = WorkerGroup(StreamWorker, 4, use_gpu=False, cpus_per_worker=1, init_kwargs={}, engine_ranks=2)
+    try:
+        streams = group.stream("generate_stream", Batch(meta={"prompt": [str(i) for i in range(4)]}), 1)
+        with VerifierPool(workers=1, timeout_s=30) as pool:
+            gen, results = collect_stream(group, streams, prompts, pool, RewardConfig(), PhaseTimer())
+        assert group.streamed_part() == [["0", "1"], ["0", "1"], ["2", "3"], ["2", "3"]]
+    finally:
+        group.shutdown()
+    assert gen["response_text"] == [f"\\boxed{{{i}}}" for i in range(4)]  # each prompt once, in engine order
+    assert gen["rank"] == [0, 0, 2, 2]
+    assert [r.correct for r in results] == [True] * 4  # each row verified against its own prompt
+
+
+class BlockingWorker(EchoWorker):
+    @dispatch(ONE_TO_ALL)
+    def answer(self) -> int:
+        return self.rank
+
+
+def test_a_submitted_call_is_watched_like_a_dispatched_one(local_ray, tmp_path, monkeypatch):
+    """``submit`` arms the same hang hook as a dispatched call, and ``wait_watched`` stops a hung rank at the
+    watchdog's limit naming the phase and the rank (the weight broadcast of async mode waits the same way)."""
+    from reasonrl.controller.worker_group import wait_watched
+    from reasonrl.trainer.watchdog import PhaseHangError, PhaseWatchdog
+
+    group = WorkerGroup(BlockingWorker, 2, use_gpu=False, cpus_per_worker=1, init_kwargs={})
+    try:
+        group.enable_watchdog(PhaseWatchdog(factor=10.0, min_s=0.0, max_s=3.0), str(tmp_path))
+        assert wait_watched("answer", [(group, group.submit("answer"))]) == [0, 1]
+        monkeypatch.setenv("REASONRL_FAULT_AT", "worker1.answer=hang")  # counted from now: rank 1 blocks
+        with pytest.raises(PhaseHangError, match=r"phase 'answer' \(BlockingWorker\) has not finished on rank\(s\) 1"):
+            wait_watched("answer", [(group, group.submit("answer"))])
+    finally:
+        group.shutdown()

@@ -152,6 +152,9 @@ def validate(cfg: Config) -> None:
              "async is not supported with the PPO critic (adv_estimator=gae) yet")
         need(not cfg.algorithm.dynamic_sampling, "trainer.mode",
              "async is not supported with DAPO dynamic sampling yet")
+        need(cfg.rollout.tensor_parallel_size == 1, "rollout.tensor_parallel_size",
+             "must be 1 with trainer.mode=async: each rollout worker runs one engine of its own, and tensor-parallel "
+             "rollout workers (a process group per engine, weights received by every rank) are not wired yet")
         need(cfg.algorithm.adv_estimator != "remax", "trainer.mode",
              "async is not supported with ReMax (adv_estimator=remax: its greedy baseline runs on the engines that are "
              "generating the next round) yet")

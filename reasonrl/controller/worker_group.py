@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ray
 from ray.util.placement_group import remove_placement_group
@@ -88,10 +88,14 @@ class WorkerGroup:
             raise AttributeError(f"{self.worker_cls.__name__}.{name} is not a dispatchable worker method")
         return lambda *args, **kwargs: self._call(name, mode, *args, **kwargs)
 
-    def _call(self, name: str, mode: str, *args: Any, **kwargs: Any) -> Any:
-        for rank, w in enumerate(self.workers):  # test hook: REASONRL_FAULT_AT=worker<rank>.<method>=hang
+    def _arm_hangs(self, name: str) -> None:
+        """Test hook (``REASONRL_FAULT_AT=worker<rank>.<method>=hang``): the armed ranks block in ``method``."""
+        for rank, w in enumerate(self.workers):
             if arrive(f"worker{rank}.{name}") == "hang":
                 w.__ray_call__.remote(hang_here)  # queued before the method: the worker blocks in it
+
+    def _call(self, name: str, mode: str, *args: Any, **kwargs: Any) -> Any:
+        self._arm_hangs(name)
         if mode == SPLIT_BY_ENGINE:
             batch, rest = args[0], args[1:]
             parts = batch.chunk(self.world_size // self.engine_ranks)
@@ -116,18 +120,7 @@ class WorkerGroup:
     def _wait(self, name: str, refs: List[Any]) -> List[Any]:
         """The results of one call on every rank; with a watchdog, a call past its limit is reported as hung."""
         fault_point(f"group.{name}")
-        if self.watchdog is None:
-            return ray.get(refs)
-        limit = self.watchdog.limit_s(name)
-        start = time.monotonic()
-        _ready, pending = ray.wait(refs, num_returns=len(refs), timeout=limit)
-        if pending:
-            ranks = [refs.index(r) for r in pending]
-            self.watchdog.hung(self.worker_cls.__name__, name, ranks, time.monotonic() - start,
-                               self.dump_stacks(ranks))
-        results = ray.get(refs)
-        self.watchdog.record(name, time.monotonic() - start)
-        return results
+        return wait_watched(name, [(self, refs)])
 
     def dump_stacks(self, ranks: List[int]) -> Dict[int, str]:
         """Ask the workers of ``ranks`` (on this host) for their Python stacks; rank -> text."""
@@ -152,20 +145,52 @@ class WorkerGroup:
         return out
 
     def stream(self, name: str, batch: Batch, *args: Any) -> List[Any]:
-        """Start the generator method ``name`` on every rank with its share of ``batch`` (split as SPLIT_BATCH), as
-        Ray streaming calls: one ``ObjectRefGenerator`` per rank, in rank order, each yielding refs to Batches."""
-        parts = batch.chunk(self.world_size)
-        return [getattr(w, name).options(num_returns="streaming").remote(p, *args)
-                for w, p in zip(self.workers, parts)]
+        """Start the generator method ``name`` on every rank with its engine's share of ``batch`` (split as
+        SPLIT_BY_ENGINE: the ranks of one tensor-parallel engine make identical calls), as Ray streaming calls: one
+        ``ObjectRefGenerator`` per rank, in rank order, each yielding refs to Batches. Only each engine's first
+        rank's rows are the engine's output (``stream_heads``); the other ranks' streams must still be drained."""
+        self._arm_hangs(name)
+        fault_point(f"group.{name}")
+        parts = batch.chunk(self.world_size // self.engine_ranks)
+        return [getattr(w, name).options(num_returns="streaming").remote(parts[r // self.engine_ranks], *args)
+                for r, w in enumerate(self.workers)]
+
+    def stream_heads(self, streams: List[Any]) -> List[Any]:
+        """The streams of ``stream`` whose rows count: each engine's first rank's, in engine order."""
+        return streams[::self.engine_ranks]
 
     def submit(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
-        """Start ``name`` (same arguments to every rank) without waiting: the ranks' ObjectRefs, in rank order."""
+        """Start ``name`` (same arguments to every rank) without waiting: the ranks' ObjectRefs, in rank order. The
+        fault points and hang hooks of ``name`` apply as for a dispatched call; wait with ``wait_watched``."""
+        self._arm_hangs(name)
+        fault_point(f"group.{name}")
         return [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
 
     def shutdown(self) -> None:
         for w in self.workers:
             ray.kill(w)
         remove_placement_group(self.placement_group)
+
+
+def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]]) -> List[Any]:
+    """The results of calls on one or more groups (``(group, refs)`` pairs, results in that order), under the first
+    group's watchdog when it has one: past the phase's limit the pending ranks are named, their stacks printed, and
+    PhaseHangError raised. Every call of the controller on its workers is waited on here (dispatch, submit)."""
+    refs = [ref for _, group_refs in calls for ref in group_refs]
+    watchdog = calls[0][0].watchdog
+    if watchdog is None:
+        return ray.get(refs)
+    start = time.monotonic()
+    _ready, pending = ray.wait(refs, num_returns=len(refs), timeout=watchdog.limit_s(phase))
+    if pending:
+        for group, group_refs in calls:  # the first group with a rank that did not answer is the one named
+            ranks = [r for r, ref in enumerate(group_refs) if ref in pending]
+            if ranks:
+                watchdog.hung(group.worker_cls.__name__, phase, ranks, time.monotonic() - start,
+                              group.dump_stacks(ranks))
+    results = ray.get(refs)
+    watchdog.record(phase, time.monotonic() - start)
+    return results
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> None:

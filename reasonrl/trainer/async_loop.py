@@ -16,6 +16,7 @@ generated with older weights and one started after it with v. The engines stamp 
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,7 +71,8 @@ class AsyncTrainer(Trainer):
         host, port = self.workers.open_weight_transfer()
         size = 1 + a.num_rollout_workers
         self._wait(self.workers.submit("join_weight_transfer", size),
-                   self.rollouts.submit("join_weight_transfer", host, port, size), "joining the weight transfer group")
+                   self.rollouts.submit("join_weight_transfer", host, port, size), "joining the weight transfer group",
+                   "join_weight_transfer")
         self.collector = ThreadPoolExecutor(1, thread_name_prefix="rollout-collector")
         self.in_flight: Deque[InFlight] = deque()
         self.round_stats: Dict[str, float] = {}
@@ -82,6 +84,9 @@ class AsyncTrainer(Trainer):
     @property
     def engines(self) -> WorkerGroup:
         return self.rollouts
+
+    def worker_groups(self) -> List[WorkerGroup]:
+        return super().worker_groups() + [self.rollouts]
 
     # ------------------------------------------------------------------ the step
     def train_step(self) -> Dict[str, Any]:
@@ -144,18 +149,29 @@ class AsyncTrainer(Trainer):
         behind the generation already started, so the engines stop only for the copy."""
         sent = self._wait(self.workers.submit("send_weights", self.weight_specs),
                           self.rollouts.submit("receive_weights", self.weight_specs, version),
-                          f"syncing the weights of version {version}")
+                          f"syncing the weights of version {version}", "weight_broadcast")
         return {"bytes": sent[0]["bytes"]}
 
-    def _wait(self, actor_refs: List[Any], rollout_refs: List[Any], what: str) -> List[Any]:
+    def _wait(self, actor_refs: List[Any], rollout_refs: List[Any], what: str, phase: str) -> List[Any]:
         """Results of calls on both groups; the first failure raises, naming the worker (a rollout worker whose
-        death broke the actor's collective is named, not the actor)."""
+        death broke the actor's collective is named, not the actor). Watched like every phase: past the watchdog's
+        limit for ``phase`` the ranks that did not answer are named with their stacks (PhaseHangError)."""
         owner = {ref: ("ActorRolloutRefWorker", rank) for rank, ref in enumerate(actor_refs)}
         owner.update({ref: ("RolloutWorker", rank) for rank, ref in enumerate(rollout_refs)})
         results: Dict[Any, Any] = {}
         remaining = list(owner)
+        watchdog = self.workers.watchdog  # the actor group's (trainer.watchdog_*), over both groups' ranks
+        limit = watchdog.limit_s(phase) if watchdog is not None else None
+        start = time.monotonic()
         while remaining:
-            ready, remaining = ray.wait(remaining, num_returns=1)
+            left = None if limit is None else max(0.0, start + limit - time.monotonic())
+            ready, remaining = ray.wait(remaining, num_returns=1, timeout=left)
+            if not ready:  # past the phase's limit: name the ranks that did not answer, with their stacks
+                for group, refs in ((self.workers, actor_refs), (self.rollouts, rollout_refs)):
+                    ranks = [r for r, ref in enumerate(refs) if ref in remaining]
+                    if ranks:
+                        watchdog.hung(group.worker_cls.__name__, phase, ranks, time.monotonic() - start,
+                                      group.dump_stacks(ranks))
             try:
                 results[ready[0]] = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
@@ -169,6 +185,8 @@ class AsyncTrainer(Trainer):
                                                      f"{peer_exc}") from peer_exc
                 error = RolloutWorkerError if name == "RolloutWorker" else RuntimeError
                 raise error(f"{name} rank {rank} failed while {what}: {exc}") from exc
+        if watchdog is not None:
+            watchdog.record(phase, time.monotonic() - start)
         return [results[ref] for ref in actor_refs + rollout_refs]
 
     # ------------------------------------------------------------------ checkpoints and shutdown

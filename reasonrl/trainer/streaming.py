@@ -51,10 +51,13 @@ def start_stream(group, prompts: Sequence[Any], sampling: Dict[str, Any], chunk_
 
 def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, reward_cfg,
                    timer: PhaseTimer) -> Tuple[Batch, List[Any]]:
-    """Read the ranks' chunks as they come, submitting each to the pool at once; then wait for the results."""
-    per_rank = len(prompts) // len(streams)
-    pieces: List[List[Batch]] = [[] for _ in streams]
-    submissions: List[List[Any]] = [[] for _ in streams]
+    """Read the engines' chunks as they come, submitting each to the pool at once; then wait for the results. With
+    tensor-parallel engines only each engine's first rank's chunks are rows; the other ranks' streams are drained."""
+    heads = group.stream_heads(streams)
+    per_engine = len(prompts) // len(heads)
+    pieces: List[List[Batch]] = [[] for _ in heads]
+    submissions: List[List[Any]] = [[] for _ in heads]
+    engine_of = {stream: e for e, stream in enumerate(heads)}
     active = {stream: rank for rank, stream in enumerate(streams)}
     name = getattr(group.worker_cls, "__name__", "worker")
     with timer("rollout"):
@@ -69,10 +72,13 @@ def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, rewa
                 continue
             except ray.exceptions.RayError as exc:
                 raise GenerationError(f"{name} rank {rank} failed while generating: {exc}") from exc
-            rows = [prompts[rank * per_rank + i].row for i in part["prompt_row"]]
-            submissions[rank].append(pool.submit([verify_item(row, text, reward_cfg)
-                                                  for row, text in zip(rows, part["response_text"])]))
-            pieces[rank].append(part)
+            if stream not in engine_of:  # a tensor-parallel engine's other rank: the same rows again
+                continue
+            engine = engine_of[stream]
+            rows = [prompts[engine * per_engine + i].row for i in part["prompt_row"]]
+            submissions[engine].append(pool.submit([verify_item(row, text, reward_cfg)
+                                                    for row, text in zip(rows, part["response_text"])]))
+            pieces[engine].append(part)
     with timer("verify"):  # only what verification has left once the last response is in
         results = [r for subs in submissions for sub in subs for r in sub.result()]
     return Batch.concat([p for parts in pieces for p in parts]), results

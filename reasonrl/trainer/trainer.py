@@ -174,10 +174,9 @@ class Trainer:
         t = self.cfg.trainer
         self.interrupted = False
         if t.watchdog_max_s > 0:  # one watchdog per group: each keeps its own phase durations
-            for group in (self.workers, self.critic):
-                if group is not None:
-                    group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
-                                          str(self.run_dir / "stacks"))
+            for group in self.worker_groups():
+                group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
+                                      str(self.run_dir / "stacks"))
         with stop_at_boundary("finishing the step in flight, then saving a checkpoint and stopping") as stop:
             if t.val_before_train and self.step == 0:
                 self.logger.log(self.validate(), 0)
@@ -323,6 +322,10 @@ class Trainer:
                                       "reason": results[j].info.get("reason", "")}
                                      for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics
+
+    def worker_groups(self) -> List[WorkerGroup]:
+        """Every worker group of the run (each gets a watchdog and its stack dumps)."""
+        return [g for g in (self.workers, self.critic) if g is not None]
 
     def step_kl_coef(self, metrics: Dict[str, Any], responses: int) -> Dict[str, float]:
         """``actor/kl_coef`` used this step; with ``algorithm.kl_ctrl=adaptive`` the controller then moves it towards

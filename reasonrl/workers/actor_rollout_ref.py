@@ -31,7 +31,6 @@ from reasonrl.data.micro_batches import micro_batch_groups, restore_order
 from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
 from reasonrl.rollout import SLEEP_PARTS, make_rollout_engine, resolve_engine_name
-from reasonrl.rollout.multiturn import ToolRollout
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
@@ -39,7 +38,7 @@ from .distributed import all_reduce_max, start_rank
 from .fsdp import (Offloader, compile_decoder_layers, full_state_dict, iter_full_params,
                    load_full_state_dict, shard_model)
 from .actor_update import PolicyUpdate
-from .rollout_worker import generate_chunks
+from .rollout_worker import generate_chunks, rollout_generator
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +125,7 @@ class ActorRolloutRefWorker(PolicyUpdate):
         if not self.cfg.tool.enabled:
             return self.engine
         if self.tool_rollout is None:
-            self.tool_rollout = ToolRollout.from_config(self.engine, self.tokenizer, self.cfg)
+            self.tool_rollout = rollout_generator(self.engine, self.tokenizer, self.cfg)
         return self.tool_rollout
 
     @dispatch(ONE_TO_ALL)

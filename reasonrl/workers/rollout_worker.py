@@ -19,7 +19,7 @@ from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.rollout import SamplingParams, make_rollout_engine
-from reasonrl.rollout.multiturn import tool_meta
+from reasonrl.rollout.multiturn import ToolRollout, tool_meta
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, dispatch
@@ -45,6 +45,12 @@ def completions_to_batch(prompt_ids: Sequence[Sequence[int]], results, first_row
     if with_tools:
         meta.update(tool_meta([c for completions in results for c in completions]))
     return Batch(meta=meta)
+
+
+def rollout_generator(engine, tokenizer, cfg):
+    """What a worker generates with: the engine, or the multi-turn tool loop around it when ``tool.enabled``
+    (``rollout/multiturn.py``). Both worker kinds use it, so a task with tools runs its tools in either mode."""
+    return ToolRollout.from_config(engine, tokenizer, cfg) if cfg.tool.enabled else engine
 
 
 def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Dict[str, Any],
@@ -77,6 +83,7 @@ class RolloutWorker:
         max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
         self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.dtype, self.device,
                                           max_len)
+        self.generator = rollout_generator(self.engine, self.tokenizer, self.cfg)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
 
@@ -87,11 +94,13 @@ class RolloutWorker:
     @dispatch(SPLIT_BATCH)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
         """Like ``ActorRolloutRefWorker.generate``; rows also carry ``weights_version``."""
-        return self._stamped(next(generate_chunks(self.engine, prompts["prompt_ids"], sampling, 0)))
+        return self._stamped(next(generate_chunks(self.generator, prompts["prompt_ids"], sampling, 0,
+                                                  self.cfg.tool.enabled)))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
         """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, a sub-batch at a time."""
-        for part in generate_chunks(self.engine, prompts["prompt_ids"], sampling, chunk_prompts):
+        for part in generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts,
+                                    self.cfg.tool.enabled):
             yield self._stamped(part)
 
     # ------------------------------------------------------------------ weights
