@@ -31,9 +31,13 @@ class PhasePlan:
     """One phase: the terms on the device (name -> bytes), the process overhead, and the device's size."""
 
     name: str
+    """rollout, log_probs, reference, values, critic_update, update or weight_sync."""
     terms: Dict[str, float]
+    """What is on the device at the phase's peak, bytes per term (the term's name says what it is)."""
     overhead: float
+    """Bytes outside torch's allocator: the CUDA context of each process on the GPU (``CUDA_CONTEXT_BYTES``)."""
     device_bytes: float
+    """The device's memory, bytes."""
 
     @property
     def allocated(self) -> float:
@@ -47,6 +51,7 @@ class PhasePlan:
 
     @property
     def fits(self) -> bool:
+        """``total`` is at most the device's memory."""
         return self.total <= self.device_bytes
 
 
@@ -55,11 +60,16 @@ class MemoryPlan:
     """Every phase of one step on one GPU (``phases`` in step order; a phase the config never runs is absent)."""
 
     phases: List[PhasePlan]
+    """The phases the config runs, in step order."""
     device_bytes: float
+    """The device's memory, bytes."""
     parameters: int
+    """P, the model's parameter count (from ``config.json``)."""
     notes: List[str] = field(default_factory=list)
+    """Reasons the layout cannot run whatever the totals (vLLM cannot start: no room for one sequence's KV cache)."""
 
     def phase(self, name: str) -> PhasePlan:
+        """The phase called ``name`` (KeyError listing the phases this plan has)."""
         for p in self.phases:
             if p.name == name:
                 return p
@@ -67,6 +77,7 @@ class MemoryPlan:
 
     @property
     def peak(self) -> PhasePlan:
+        """The phase with the largest ``total``."""
         return max(self.phases, key=lambda p: p.total)
 
     @property

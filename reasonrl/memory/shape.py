@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+"""``config.json`` fields without which there is no plan (the others have defaults)."""
 
 
 @dataclass(frozen=True)
@@ -12,15 +13,25 @@ class ModelShape:
     """The numbers of a Llama-family ``config.json`` (Llama, Qwen2, Mistral, SmolLM) that the plan needs."""
 
     hidden_size: int
+    """h (``hidden_size``)."""
     intermediate_size: int
+    """i, the MLP's width (``intermediate_size``)."""
     num_layers: int
+    """L (``num_hidden_layers``)."""
     num_heads: int
+    """Attention heads (``num_attention_heads``)."""
     num_kv_heads: int
+    """Key/value heads (``num_key_value_heads``; grouped-query attention when fewer than the heads)."""
     head_dim: int
+    """Width of one head (``head_dim``, else h / heads)."""
     vocab_size: int
+    """V (``vocab_size``)."""
     tied_embeddings: bool
+    """The LM head is the input embedding (``tie_word_embeddings``): its parameters are counted once."""
     qkv_bias: bool
+    """q, k and v projections carry biases (Qwen2, or ``attention_bias``)."""
     mlp_bias: bool = False
+    """gate, up and down projections carry biases (``mlp_bias``)."""
 
     @classmethod
     def from_config_json(cls, config: Mapping[str, Any]) -> "ModelShape":
@@ -50,6 +61,7 @@ class ModelShape:
 
     @property
     def kv_width(self) -> int:
+        """kv: the width of the keys (and of the values), kv heads x head dim."""
         return self.num_kv_heads * self.head_dim
 
     def layer_parameters(self) -> int:
