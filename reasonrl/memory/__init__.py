@@ -1,0 +1,29 @@
+"""Will it fit? The expected peak memory per GPU in each phase of a step, from the config and ``config.json`` alone.
+
+Pure arithmetic (no torch, no CUDA): ``plan_memory`` turns a ``Config``, the model's ``config.json`` dict, the
+device's memory in bytes and a ``Placement`` (world size, tensor-parallel size, critic or not) into a ``MemoryPlan``:
+for each phase of a colocated step (rollout, old log-probs, reference, critic values, critic update, actor update,
+weight sync) the terms that are on the device then, in bytes, their total and whether it fits. ``render_plan`` prints
+it as a table; ``largest_fitting_token_budget`` and ``fit_suggestions`` say what would make a layout fit.
+
+- ``shape.py``: the model's numbers from ``config.json``, its parameter count and one layer's saved activations;
+- ``terms.py``: the rule behind every other term, one function each (its docstring states the rule);
+- ``plan.py``: which terms are on the device in which phase (``plan_memory``);
+- ``fit.py``: the table and the "what would make it fit" search.
+
+docs/performance.md ("Will it fit? The memory plan") compares the plan with the H200 runs in benchmarks/results/.
+
+Notation: P parameters, W data-parallel ranks, T ranks per vLLM engine, h hidden size, i intermediate size, kv the
+key/value width (kv heads x head dim), V vocabulary, L layers, dt bytes of the compute dtype (2 for bf16), N tokens in
+one micro-batch's forward, c tokens of one log-prob chunk (``reasonrl/models/fused_logprob.py``).
+"""
+from __future__ import annotations
+
+from .fit import fit_suggestions, largest_fitting_token_budget, render_plan
+from .plan import MemoryPlan, PhasePlan, Placement, plan_memory
+from .shape import ModelShape
+from .terms import COMPILE_ACTIVATION_RATIO, CUDA_CONTEXT_BYTES, GIB, LOGPROB_CHUNK_TOKENS
+
+__all__ = ["plan_memory", "render_plan", "largest_fitting_token_budget", "fit_suggestions", "MemoryPlan",
+           "PhasePlan", "Placement", "ModelShape", "GIB", "COMPILE_ACTIVATION_RATIO", "CUDA_CONTEXT_BYTES",
+           "LOGPROB_CHUNK_TOKENS"]

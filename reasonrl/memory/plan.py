@@ -1,0 +1,209 @@
+"""``plan_memory``: the expected peak memory per GPU in each phase of one colocated step (see ``reasonrl.memory``)."""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from .shape import ModelShape
+from .terms import (CUDA_CONTEXT_BYTES, activation_bytes, compute_dtype_bytes, engine_terms, head_backward_bytes,
+                    head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes, packed_mask_bytes)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the step runs: how many ranks, how the engine is sharded, whether a critic shares each GPU."""
+
+    world_size: int = 1
+    """Data-parallel actor ranks, one GPU each (FSDP2 shards the models over all of them)."""
+    tensor_parallel_size: int = 1
+    """Ranks per vLLM engine (``rollout.tensor_parallel_size``): each GPU holds 1/T of the engine's weights."""
+    critic: Optional[bool] = None
+    """A PPO critic process on every actor GPU; None: as the config says (``algorithm.adv_estimator=gae``)."""
+    device: str = "cuda"
+    """cuda (vLLM sleeps while the actor trains) or cpu (host memory; vLLM's KV cache is ``rollout.kv_cache_gb``)."""
+
+
+
+@dataclass
+class PhasePlan:
+    """One phase: the terms on the device (name -> bytes), the process overhead, and the device's size."""
+
+    name: str
+    """rollout, log_probs, reference, values, critic_update, update or weight_sync."""
+    terms: Dict[str, float]
+    """What is on the device at the phase's peak, bytes per term (the term's name says what it is)."""
+    overhead: float
+    """Bytes outside torch's allocator: the CUDA context of each process on the GPU (``CUDA_CONTEXT_BYTES``)."""
+    device_bytes: float
+    """The device's memory, bytes."""
+
+    @property
+    def allocated(self) -> float:
+        """The terms' sum: what torch's allocator (and vLLM's pool) would hold at the phase's peak."""
+        return float(sum(self.terms.values()))
+
+    @property
+    def total(self) -> float:
+        """``allocated`` plus the CUDA context of each process on the GPU."""
+        return self.allocated + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        """``total`` is at most the device's memory."""
+        return self.total <= self.device_bytes
+
+
+@dataclass
+class MemoryPlan:
+    """Every phase of one step on one GPU (``phases`` in step order; a phase the config never runs is absent)."""
+
+    phases: List[PhasePlan]
+    """The phases the config runs, in step order."""
+    device_bytes: float
+    """The device's memory, bytes."""
+    parameters: int
+    """P, the model's parameter count (from ``config.json``)."""
+    notes: List[str] = field(default_factory=list)
+    """Reasons the layout cannot run whatever the totals (vLLM cannot start: no room for one sequence's KV cache)."""
+
+    def phase(self, name: str) -> PhasePlan:
+        """The phase called ``name`` (KeyError listing the phases this plan has)."""
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise KeyError(f"no phase {name!r} in this plan (phases: {', '.join(p.name for p in self.phases)})")
+
+    @property
+    def peak(self) -> PhasePlan:
+        """The phase with the largest ``total``."""
+        return max(self.phases, key=lambda p: p.total)
+
+    @property
+    def fits(self) -> bool:
+        """Every phase fits and nothing else refuses the layout (``notes`` says why not)."""
+        return all(p.fits for p in self.phases) and not self.notes
+
+
+def _positive_number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
+    return float(value)
+
+
+def _check_placement(placement: Placement, shape: ModelShape) -> None:
+    w, t = placement.world_size, placement.tensor_parallel_size
+    for name, v in (("world_size", w), ("tensor_parallel_size", t)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"placement.{name} must be a positive integer, got {v!r}")
+    if w % t:
+        raise ValueError(f"placement.tensor_parallel_size={t} must divide world_size={w}")
+    if shape.num_heads % t or shape.num_kv_heads % t:
+        raise ValueError(f"tensor_parallel_size={t} must divide the attention heads ({shape.num_heads}) and KV heads "
+                         f"({shape.num_kv_heads})")
+    if placement.device not in ("cuda", "cpu"):
+        raise ValueError(f"placement.device must be cuda or cpu, got {placement.device!r}")
+
+
+
+def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
+                placement: Optional[Placement] = None, old_log_prob_pass: Optional[bool] = None) -> MemoryPlan:
+    """The expected peak memory per GPU in each phase of one colocated step (see the module docstring).
+    ``old_log_prob_pass``: None decides as the trainer does (``reasonrl.trainer.passes``); True/False forces it (a
+    benchmark's ``--old-log-prob-pass always``). The plan is the steady state: AdamW moments exist (from the first
+    optimizer step on) and the reference's root is unsharded (from its first forward on).
+
+    Resident terms: the actor's fp32 shards (4P/W) and AdamW moments (8P/W), the reference's fp32 shards (4P/W) and
+    its FSDP root, kept unsharded in dt after its forward (V h (x2 untied) + h); offload
+    (``actor.offload_params``/``offload_optimizer``, ``ref.offload_params``, ``critic.offload_*``) keeps a term
+    only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
+    layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,
+    whichever is larger. The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
+    and the largest full parameter before the KV cache wakes."""
+    p = placement or Placement()
+    shape = ModelShape.from_config_json(model_config)
+    _check_placement(p, shape)
+    dev = _positive_number(device_bytes, "device_bytes")
+    dt = compute_dtype_bytes(cfg, p.device)
+    P, W = shape.parameter_count(), p.world_size
+    critic = cfg.algorithm.adv_estimator == "gae" if p.critic is None else bool(p.critic)
+    from reasonrl.trainer.passes import passes_needed
+
+    passes = passes_needed(cfg)
+    rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // W)
+    mini_rows = max(1, (cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size) * cfg.rollout.n // W)
+    engine, generating, sleeps, notes = engine_terms(cfg, shape, p.tensor_parallel_size, p.device, dev, dt, rows, P)
+    has_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
+    a = cfg.actor
+    root = shape.root_parameters() * dt
+    layer_gather = 2 * shape.layer_parameters() * dt
+    overhead = CUDA_CONTEXT_BYTES * (2 if critic else 1) if p.device == "cuda" else 0.0
+
+    def resident(phase: str) -> Dict[str, float]:
+        t: Dict[str, float] = {}
+        if not a.offload_params or phase in ("log_probs", "update"):
+            t["actor weights (fp32 shards)"] = 4 * P / W
+        if not a.offload_optimizer or phase == "update":
+            t["actor AdamW moments (2 x fp32)"] = 8 * P / W
+        if has_ref and (not cfg.ref.offload_params or phase == "reference"):
+            t["reference weights (fp32 shards)"] = 4 * P / W
+            t["reference root (unsharded, dt)"] = root
+        if critic:
+            c = cfg.critic
+            Pc = shape.critic_parameter_count()
+            if not c.offload_params or phase in ("values", "critic_update"):
+                t["critic weights (fp32 shards)"] = 4 * Pc / W
+            if not c.offload_optimizer or phase == "critic_update":
+                t["critic AdamW moments (2 x fp32)"] = 8 * Pc / W
+        return t
+
+    def awake() -> Dict[str, float]:
+        return dict(engine)
+
+    def forward_pass(phase: str, budget: int, head: bool, entropy: bool, label: str) -> PhasePlan:
+        tokens, resp = micro_batch_tokens(cfg, rows, budget)
+        t = {**resident(phase), **awake(), f"{label} root (unsharded, dt)": root,
+             "FSDP layers in flight (2 x dt)": layer_gather,
+             f"forward temporaries ({tokens} tokens)": no_grad_forward_bytes(shape, tokens, resp, dt, head, entropy)}
+        if packed_mask_bytes(cfg, tokens):
+            t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)
+        return PhasePlan(phase, t, overhead, dev)
+
+    def training_pass(phase: str, budget: int, Pm: int, label: str, head: bool, entropy: bool,
+                      compiled: bool) -> PhasePlan:
+        tokens, resp = micro_batch_tokens(cfg, mini_rows, budget)
+        t = {**resident(phase), **({} if sleeps else awake()),
+             f"{label} gradients (fp32 shards)": 4 * Pm / W, f"{label} root (unsharded, dt)": root,
+             "FSDP layers in flight (2 x dt gathered, 2 x fp32 reduced)": 2 * shape.layer_parameters() * (dt + 4),
+             f"activations ({tokens} tokens{', checkpointed' if cfg.model.gradient_checkpointing else ''})":
+                 activation_bytes(cfg, shape, tokens, dt, compiled)}
+        if head:
+            t["log-prob head (chunk of logits)"] = max(head_backward_bytes(shape, resp),
+                                                       head_forward_bytes(shape, resp, entropy))
+        if packed_mask_bytes(cfg, tokens):
+            t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)
+        return PhasePlan(phase, t, overhead, dev)
+
+    phases = [PhasePlan("rollout", {**resident("rollout"), **awake(), **generating}, overhead, dev)]
+    old_pass = passes.old_log_probs if old_log_prob_pass is None else bool(old_log_prob_pass)
+    if old_pass:
+        phases.append(forward_pass("log_probs", a.max_tokens_per_micro_batch, True, True, "actor"))
+    if has_ref:
+        phases.append(forward_pass("reference", cfg.ref.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch,
+                                   True, False, "reference"))
+    if critic:
+        budget = cfg.critic.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch
+        phases.append(forward_pass("values", budget, False, False, "critic"))
+        phases.append(training_pass("critic_update", budget, shape.critic_parameter_count(), "critic", False, False,
+                                    False))
+    own_old = not old_pass
+    phases.append(training_pass("update", a.max_tokens_per_micro_batch, P, "actor", True,
+                                own_old or cfg.algorithm.entropy_coef != 0, a.compile))
+    if engine:
+        largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
+        sync = {**resident("weight_sync"), **awake()}
+        sync["weight sync bucket + largest full parameter"] = cfg.rollout.weight_sync_bucket_mb * 2**20 + largest
+        phases.append(PhasePlan("weight_sync", sync, overhead, dev))
+    return MemoryPlan(phases, dev, P, notes)
+
