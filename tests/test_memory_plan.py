@@ -211,7 +211,7 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
     run = json.loads((RESULTS / f"{name}.json").read_text())
     args = run["args"]
     recorded = run["mean"]["peak_allocated_gib"]
-    old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.trainer.passes: it always ran
+    old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
     plan = plan_memory(_step_config(args), QWEN_1P5B, H200_BYTES,
                        Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
@@ -322,9 +322,9 @@ def test_the_plan_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from reasonrl.config import load_config; from reasonrl.memory import plan_memory; "
-            "cfg, _ = load_config(['trainer.profile=none', 'trainer.device=cuda', 'rollout.engine=vllm'], "
-            "cuda_available=True); "
+    # The config is built as the dataclass itself: load_config's validation reads the algorithm registries (torch).
+    code = ("import sys; from reasonrl.config.schema import Config; from reasonrl.memory import plan_memory; "
+            "cfg = Config(); cfg.trainer.device = 'cuda'; cfg.rollout.engine = 'vllm'; "
             f"plan_memory(cfg, {TINY!r}, 2**40); "
             "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -378,3 +378,51 @@ def test_plan_against_the_recorded_checkpointing_runs():
             assert plan.phase(phase).allocated / GIB == pytest.approx(measured, rel=0.15), (case, phase)
         if case["gradient_checkpointing"]:
             assert plan.phase("update").allocated / GIB > case["peak_allocated_gib"]["update"]
+
+
+def test_doctor_plan_prints_the_plan_and_what_would_make_it_fit(tmp_path):
+    """``python -m reasonrl.doctor --plan``: the table for a named device size on a machine without a GPU, exit 0 when
+    it fits and 1 (with the changes that would make it fit) when it does not; bad input exits 2 naming it."""
+    import json
+    import subprocess
+    import sys
+
+    model = tmp_path / "qwen-1.5b-shape"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN_1P5B))
+    base = [sys.executable, "-m", "reasonrl.doctor", "--plan", f"model.path={model}", "data.train_batch_size=64",
+            "rollout.n=8", "rollout.max_new_tokens=1024", "data.max_prompt_length=256"]
+
+    def run(*extra):
+        return subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+
+    big = run("--device-gib", "139.8")
+    assert big.returncode == 0, big.stdout + big.stderr
+    assert "1.54B parameters" in big.stdout and "update" in big.stdout and big.stdout.rstrip().endswith("fits")
+    small = run("--device-gib", "80", "actor.micro_batch_size_per_worker=64")  # 64 rows x 1280 tokens at once
+    assert small.returncode == 1, small.stdout + small.stderr
+    assert "does not fit; each of these alone would:" in small.stdout
+    assert "actor.max_tokens_per_micro_batch=" in small.stdout.splitlines()[-1]
+    assert run().returncode == 2  # no GPU here and no size named
+    assert run("--device-gib", "-3").returncode == 2
+    (model / "config.json").unlink()
+    missing = run("--device-gib", "80")
+    assert missing.returncode == 2 and "config.json" in missing.stderr
+
+
+def test_trainer_check_stops_a_layout_that_does_not_fit_before_loading():
+    from reasonrl.config import ConfigError, load_config
+    from reasonrl.trainer.run_plan import check_memory_plan
+
+    args = ["data.train_batch_size=64", "rollout.n=8", "rollout.max_new_tokens=1024",
+            "actor.micro_batch_size_per_worker=64"]
+    cfg, _ = load_config(args, cuda_available=True)
+    printed = []
+    with pytest.raises(ConfigError, match=r"does not fit the device's 80.0 GiB: update \d+.\d GiB; each of these "
+                                          r"would make it fit: actor.max_tokens_per_micro_batch=\d+, "
+                                          r"model.gradient_checkpointing=true; trainer.ignore_memory_plan=true"):
+        check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)
+    assert "memory plan per GPU" in printed[0]
+    cfg, _ = load_config(args + ["trainer.ignore_memory_plan=true"], cuda_available=True)
+    check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)  # printed, not refused
+    assert len(printed) == 2

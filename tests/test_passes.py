@@ -1,4 +1,4 @@
-"""Which passes a step runs (``reasonrl.trainer.passes``), and the update standing in for a skipped old-log-prob
+"""Which passes a step runs (``reasonrl.config.passes``), and the update standing in for a skipped old-log-prob
 pass: the metrics it reports equal the pass's own."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from reasonrl.config import load_config
-from reasonrl.trainer.passes import Passes, pass_rows, passes_needed, updates_per_batch
+from reasonrl.config.passes import Passes, pass_rows, passes_needed, updates_per_batch
 
 from helpers import free_port, make_tiny_policy
 

@@ -227,6 +227,8 @@ class RewardConfig:
 class TrainerConfig:
     total_steps: int = 100
     """Training steps (one rollout batch each)."""
+    ignore_memory_plan: bool = False
+    """Start a GPU run even when the memory plan (reasonrl.memory, printed at start-up) says a phase will not fit."""
     max_skipped_steps: int = 3
     """Steps in a row whose every optimizer step was skipped (non-finite gradient norm) before the run stops with a
     message naming the cause (0: never stop)."""

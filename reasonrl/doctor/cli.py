@@ -21,6 +21,7 @@ from reasonrl.config import ConfigError, load_config
 from .checks import (Check, check_bwrap, check_cuda, check_disk, check_docker, check_lean, check_memory, check_package,
                      check_python, check_torch, check_vllm)
 from .gpu import gpu_checks
+from .plan import plan_main
 from .requirements import Problem, check_requirements
 
 
@@ -69,7 +70,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="a training config to check too, e.g. "
                              "task=mbpp reward.verifier_options.code.sandbox=docker")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+    parser.add_argument("--plan", action="store_true",
+                        help="print the memory plan of the config (each phase's peak per GPU) instead of the checks")
+    parser.add_argument("--device-gib", type=float, default=None, help="--plan: the GPU's memory (default: this GPU)")
+    parser.add_argument("--gpus", type=int, default=None, help="--plan: GPUs (data-parallel ranks)")
+    args = parser.parse_intermixed_args(argv)  # key=value arguments before and after the options
+    if args.plan:
+        return plan_main(args.overrides, args.device_gib, args.gpus)
     problems: Optional[List[Problem]] = None
     output_dir = "."
     if args.overrides:

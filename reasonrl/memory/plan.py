@@ -110,7 +110,7 @@ def _check_placement(placement: Placement, shape: ModelShape) -> None:
 def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                 placement: Optional[Placement] = None, old_log_prob_pass: Optional[bool] = None) -> MemoryPlan:
     """The expected peak memory per GPU in each phase of one colocated step (see the module docstring).
-    ``old_log_prob_pass``: None decides as the trainer does (``reasonrl.trainer.passes``); True/False forces it (a
+    ``old_log_prob_pass``: None decides as the trainer does (``reasonrl.config.passes``); True/False forces it (a
     benchmark's ``--old-log-prob-pass always``). The plan is the steady state: AdamW moments exist (from the first
     optimizer step on) and the reference's root is unsharded (from its first forward on).
 
@@ -128,7 +128,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     dt = compute_dtype_bytes(cfg, p.device)
     P, W = shape.parameter_count(), p.world_size
     critic = cfg.algorithm.adv_estimator == "gae" if p.critic is None else bool(p.critic)
-    from reasonrl.trainer.passes import passes_needed
+    from reasonrl.config.passes import passes_needed
 
     passes = passes_needed(cfg)
     rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // W)

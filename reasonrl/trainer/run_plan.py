@@ -66,3 +66,35 @@ def check_context_length(cfg: Config, context: Optional[int]) -> None:
 def check_divisibility(cfg: Config, world_size: int) -> None:
     """Every rank gets the same work (``BatchPlan.check``): a ValueError naming the keys otherwise."""
     BatchPlan.from_config(cfg, world_size).check()
+
+
+def model_config_json(model_path: str) -> Dict:
+    """The model's ``config.json`` as a dict (read as JSON: nothing is loaded); ConfigError naming the file when it
+    is missing or unreadable."""
+    import json
+    from pathlib import Path
+
+    path = Path(model_path) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"the memory plan needs the model's config.json: {path}: {exc}") from None
+
+
+def check_memory_plan(cfg: Config, model_config: Dict, device_bytes: float, world_size: int,
+                      echo=print) -> None:
+    """The memory plan of this run (``reasonrl.memory``), printed; ConfigError naming the phases that do not fit, the
+    numbers and what would make them fit, unless ``trainer.ignore_memory_plan``."""
+    from reasonrl.memory import GIB, Placement, fit_suggestions, plan_memory, render_plan
+
+    placement = Placement(world_size, cfg.rollout.tensor_parallel_size)
+    plan = plan_memory(cfg, model_config, device_bytes, placement)
+    echo(render_plan(plan))
+    if plan.fits or cfg.trainer.ignore_memory_plan:
+        return
+    over = ", ".join(f"{p.name} {p.total / GIB:.1f} GiB" for p in plan.phases if not p.fits)
+    fixes = fit_suggestions(cfg, model_config, device_bytes, placement)
+    raise ConfigError(f"the memory plan does not fit the device's {device_bytes / GIB:.1f} GiB: {over}"
+                      + (f"; each of these would make it fit: {', '.join(fixes)}" if fixes else
+                         "; no single change makes it fit (more GPUs, a smaller model or shorter sequences)")
+                      + "; trainer.ignore_memory_plan=true starts anyway")

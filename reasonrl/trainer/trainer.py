@@ -37,9 +37,9 @@ from .dynamic_sampling import Round, refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
 from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
-from .passes import passes_needed
-from .run_plan import (check_context_length, offload_enabled, resolve_device, rollout_logprobs_wanted, slowest_rank,
-                       world_size_for)
+from reasonrl.config.passes import passes_needed
+from .run_plan import (check_context_length, check_memory_plan, model_config_json, offload_enabled, resolve_device,
+                       rollout_logprobs_wanted, slowest_rank, world_size_for)
 from .watchdog import PhaseWatchdog
 from .streaming import generate_and_verify
 
@@ -68,6 +68,9 @@ class Trainer:
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
+            if self.device == "cuda" and cfg.trainer.mode == "colocated":  # will it fit? before anything loads
+                check_memory_plan(cfg, model_config_json(self.model_path),
+                                  torch.cuda.get_device_properties(0).total_memory, self.world_size)
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
@@ -254,7 +257,7 @@ class Trainer:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
             passes = passes_needed(cfg)
-            if passes.old_log_probs:  # else the update uses its own log-probs (trainer/passes.py)
+            if passes.old_log_probs:  # else the update uses its own log-probs (config/passes.py)
                 with timer("old_log_probs"):
                     batch = batch.union(self.workers.compute_log_probs(batch))
             ref = None

@@ -57,7 +57,7 @@ class PolicyUpdate:
                     lp, ent = self._mb_log_probs(self.actor, mb, need_entropy or own_old)
                     if own_old:
                         self._add_policy_sums(before, lp.detach(), ent.detach(), mb)
-                    # Without an old-log-prob pass (trainer.passes_needed: one update per batch) the policy is
+                    # Without an old-log-prob pass (config.passes.passes_needed: one update per batch) the policy is
                     # still the one that scored the batch: its own log-probs, detached, are the old ones (ratio 1).
                     old_lp = mb["old_log_probs"] if "old_log_probs" in mb else lp.detach()
                     is_w = None
