@@ -205,3 +205,29 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path
         group.shutdown()
     assert rounds[0] == rounds[1]
     assert rounds[1][0] == [list(p.token_ids) for p in prompts for _ in range(2)]
+
+
+def test_async_rollout_worker_runs_the_tool_loop(model_path):
+    """task=math_tool in async mode: the RolloutWorker generates through the multi-turn tool loop (its rows carry the
+    tool mask and counts the trainer's loss mask and tool metrics need), not through the bare engine."""
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.data import Batch, PromptDataset
+    from reasonrl.datasets import task_files
+    from reasonrl.models import load_tokenizer
+    from reasonrl.rollout.multiturn import ToolRollout
+    from reasonrl.workers.rollout_worker import RolloutWorker
+
+    cfg, _ = load_config(["task=math_tool", "trainer.mode=async", "rollout.engine=hf", "tool.sandbox=bwrap",
+                          "rollout.max_new_tokens=16"], cuda_available=False)
+    worker = RolloutWorker(to_dict(cfg), model_path, rank=0, world_size=1)
+    try:
+        assert isinstance(worker.generator, ToolRollout)
+        data = PromptDataset(task_files("math_tool", "train", None), load_tokenizer(model_path), 384)
+        sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "logprobs": True}
+        rows = worker.generate(Batch(meta={"prompt_ids": [data[0].token_ids]}), sampling)
+    finally:
+        worker.generator.close()
+    assert len(rows) == 2 and rows["weights_version"] == [0, 0]
+    for key in ("tool_mask", "turns", "tool_calls"):
+        assert key in rows.meta, key
+    assert [len(m) for m in rows["tool_mask"]] == [len(r) for r in rows["response_ids"]]

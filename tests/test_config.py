@@ -1,4 +1,5 @@
 """Config: presets, overrides, and fast failures that name the key."""
+import re
 import subprocess
 import sys
 
@@ -142,3 +143,17 @@ def test_bad_range_fails_before_ray_with_exit_2():
     assert proc.stderr.strip().splitlines() == ["reasonrl: config error: config key 'actor.lr': -1.0 is out of range; "
                                                 "allowed: [0, inf)"]
     assert "ray" not in proc.stdout.lower()
+
+
+@pytest.mark.parametrize("args, key, words", [
+    (["rollout.tensor_parallel_size=2"], "rollout.tensor_parallel_size", "tensor-parallel rollout workers"),
+    (["algorithm=ppo"], "trainer.mode", "PPO critic"),
+    (["algorithm.dynamic_sampling=true"], "trainer.mode", "DAPO dynamic sampling"),
+    (["algorithm=remax"], "trainer.mode", "ReMax"),
+])
+def test_async_mode_refuses_what_it_does_not_wire_naming_both_keys(args, key, words):
+    """The combinations trainer.mode=async does not support fail at load time, naming the key and the reason (the tool
+    loop and streaming are supported: tests/test_async.py)."""
+    with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{words}"):
+        load_config(["trainer.mode=async", *args], cuda_available=False)
+    load_config(["trainer.mode=async", "task=math_tool", "rollout.stream_chunk_prompts=1"], cuda_available=False)
