@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -28,6 +28,22 @@ class PhaseTimer:
         return {f"timing_s/{k}": v for k, v in self.seconds.items()}
 
 
+def startup_metrics(startup_seconds: Dict[str, float], first_step: Dict[str, Any]) -> Dict[str, float]:
+    """``startup_s/<phase>`` (model_resolution, data, ray_start, workers_up, engine_start, first_rollout,
+    first_step) and ``startup_s/launch_to_first_step`` (from the process start), printed once."""
+    out = {f"startup_s/{k}": v for k, v in startup_seconds.items()}
+    out["startup_s/first_rollout"] = float(first_step.get("timing_s/rollout", 0.0))
+    out["startup_s/first_step"] = float(first_step.get("timing_s/step", 0.0))
+    try:
+        import psutil
+
+        out["startup_s/launch_to_first_step"] = time.time() - psutil.Process().create_time()
+    except ImportError:
+        pass
+    print("start-up: " + ", ".join(f"{k.split('/', 1)[1]} {v:.1f}s" for k, v in out.items()), flush=True)
+    return out
+
+
 def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: torch.Tensor,
                     finish_reasons: List[str], verdicts: Optional[torch.Tensor] = None) -> Dict[str, float]:
     """Reward and accuracy over the responses with a verdict (``verdicts`` [B] bool; None: all), lengths over all.
@@ -44,6 +60,19 @@ def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: to
         out["reward/mean"] = float(judged.mean())
         out["reward/std"] = float(judged.std()) if len(judged) > 1 else 0.0
         out["reward/accuracy"] = sum(bool(correct[i]) for i in keep) / len(keep)
+    return out
+
+
+def round_metrics(gen, results: List, scores: torch.Tensor, response_mask: torch.Tensor, verifiers: List[str],
+                  verdicts: torch.Tensor) -> Dict[str, float]:
+    """A round's reward, accuracy (over the verdicts) and lengths, per-verifier metrics over the verdicts, and the tool
+    loop's metrics when it ran (``gen`` carries a ``tool_mask``)."""
+    out = rollout_metrics(scores, [r.correct for r in results], response_mask, gen["finish_reason"], verdicts)
+    judged = verdicts.nonzero().squeeze(-1).tolist()
+    out.update(per_verifier_metrics([verifiers[i] for i in judged], [results[i].score for i in judged],
+                                    [results[i].correct for i in judged]))
+    if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
+        out.update(tool_metrics(gen))
     return out
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -36,7 +35,7 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import Round, refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
-from .metrics import PhaseTimer, per_verifier_metrics, policy_metrics, rollout_metrics, tool_metrics
+from .metrics import PhaseTimer, policy_metrics, round_metrics, startup_metrics
 from reasonrl.config.passes import passes_needed
 from .run_plan import (check_context_length, check_memory_plan, model_config_json, offload_enabled, resolve_device,
                        rollout_logprobs_wanted, slowest_rank, world_size_for)
@@ -190,7 +189,7 @@ class Trainer:
                     metrics = self.train_step()
                     self.step += 1
                     if self.startup is not None:  # the first step of this process: how long start-up took
-                        metrics.update(self._startup_metrics(metrics))
+                        metrics.update(startup_metrics(self.startup.seconds, metrics))
                         self.startup = None
                     if t.val_every and self.step % t.val_every == 0:
                         metrics.update(self.validate())
@@ -202,21 +201,6 @@ class Trainer:
             finally:
                 bar.close()
             self.interrupted = stop.requested and self.step < t.total_steps
-
-    def _startup_metrics(self, first_step: Dict[str, Any]) -> Dict[str, float]:
-        """``startup_s/<phase>`` (model_resolution, data, ray_start, workers_up, engine_start, first_rollout,
-        first_step) and ``startup_s/launch_to_first_step`` (from the process start), printed once."""
-        out = {f"startup_s/{k}": v for k, v in self.startup.seconds.items()}
-        out["startup_s/first_rollout"] = float(first_step.get("timing_s/rollout", 0.0))
-        out["startup_s/first_step"] = float(first_step.get("timing_s/step", 0.0))
-        try:
-            import psutil
-
-            out["startup_s/launch_to_first_step"] = time.time() - psutil.Process().create_time()
-        except ImportError:
-            pass
-        print("start-up: " + ", ".join(f"{k.split('/', 1)[1]} {v:.1f}s" for k, v in out.items()), flush=True)
-        return out
 
     def train_step(self) -> Dict[str, Any]:
         cfg, alg = self.cfg, self.cfg.algorithm
@@ -243,16 +227,8 @@ class Trainer:
             if not bool(verdicts.all()):
                 batch["loss_mask"] = without_failed(loss_mask(batch), verdicts)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
-            metrics = rollout_metrics(scores, [r.correct for r in results], batch["response_mask"],
-                                      gen["finish_reason"], verdicts)
-            metrics.update(sampling_metrics)
-            metrics.update(self.round_curriculum)
-            metrics.update(failure_metrics(results, verifiers))
-            judged = verdicts.nonzero().squeeze(-1).tolist()
-            metrics.update(per_verifier_metrics([verifiers[i] for i in judged], [results[i].score for i in judged],
-                                                [results[i].correct for i in judged]))
-            if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
-                metrics.update(tool_metrics(gen))
+            metrics = {**round_metrics(gen, results, scores, batch["response_mask"], verifiers, verdicts),
+                       **failure_metrics(results, verifiers), **self.round_curriculum, **sampling_metrics}
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
@@ -307,24 +283,30 @@ class Trainer:
             if cfg.rollout.check_weight_sync:
                 metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
         metrics.update(self.step_kl_coef(metrics, len(batch)))
-        metrics.update(self.pool.pop_stats())
-        metrics.update(timer.metrics())
+        metrics.update(self.step_tail_metrics(timer, mask, batch))
+        if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
+            self.log_samples(gen, results, verifiers)
+        return metrics
+
+    def step_tail_metrics(self, timer: PhaseTimer, mask: torch.Tensor, batch: Batch) -> Dict[str, float]:
+        """The pool's counters, the phase timings (offload's slowest rank), throughput and the data epoch."""
+        metrics = {**self.pool.pop_stats(), **timer.metrics()}
         if self.offload:  # parts of the phases above: timing_s/{offload,onload}_{actor,ref,critic}
             metrics.update(slowest_rank(self.workers.pop_offload_timing()))
             if self.critic is not None:
                 metrics.update(slowest_rank(self.critic.pop_offload_timing()))
-        response_tokens = float(mask.sum())
-        all_tokens = float(batch["attention_mask"].sum())
-        metrics["perf/rollout_tokens_per_s"] = response_tokens / max(timer.seconds["rollout"], 1e-9)
-        metrics["perf/tokens_per_s"] = all_tokens / max(timer.seconds["step"], 1e-9)
+        metrics["perf/rollout_tokens_per_s"] = float(mask.sum()) / max(timer.seconds["rollout"], 1e-9)
+        metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(timer.seconds["step"], 1e-9)
         metrics["data/epoch"] = self.sampler.epoch
-        if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
-            self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
-                                      "response": gen["response_text"][j], "reward": results[j].score,
-                                      "verifier": verifiers[j], "failed": results[j].failed,
-                                      "reason": results[j].info.get("reason", "")}
-                                     for j in range(min(len(gen), 2 * n))], self.step + 1)
         return metrics
+
+    def log_samples(self, gen: Batch, results: List[Any], verifiers: List[str]) -> None:
+        """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``)."""
+        self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
+                                  "response": gen["response_text"][j], "reward": results[j].score,
+                                  "verifier": verifiers[j], "failed": results[j].failed,
+                                  "reason": results[j].info.get("reason", "")}
+                                 for j in range(min(len(gen), 2 * self.cfg.rollout.n))], self.step + 1)
 
     def worker_groups(self) -> List[WorkerGroup]:
         """Every worker group of the run (each gets a watchdog and its stack dumps)."""
