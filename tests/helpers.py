@@ -14,6 +14,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SHARP_LM_VOCAB = 96
+"""The vocabulary of ``tiny_sharp_lm``."""
+
+
+def tiny_sharp_lm(kind: str = "qwen2", tied: bool = True, seed: int = 0):
+    """A 2-layer Qwen2 or Llama causal LM in memory (fp32, eval mode) whose head is scaled by 20: HF initialises a
+    small-std head, and a sharp distribution makes log-probs, entropy and the sampling temperature matter."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=SHARP_LM_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=tied)
+    model = Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(20.0)
+    return model.float().eval()
+
+
+def padded_rollout_batch():
+    """3 collated rows: prompts left-padded to 5, responses right-padded to 4 (row 2 has a 1-token response);
+    returns (input_ids, attention_mask, position_ids, responses, response_mask)."""
+    from reasonrl.data.collate import collate_rollout
+
+    prompts = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10]]
+    responses = [[11, 12, 13, 14], [15, 16, 17], [18]]
+    b = collate_rollout(prompts, responses, [[0.0] * len(r) for r in responses], pad_id=0)
+    return b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"], b["response_mask"]
+
+
 def make_tiny_causal_lm(directory, seed: int = 0) -> str:
     """A 2-layer Llama causal LM with random weights (vocabulary of 64), saved as a Hugging Face directory."""
     from transformers import LlamaConfig, LlamaForCausalLM

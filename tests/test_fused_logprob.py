@@ -5,7 +5,6 @@ with the decoder layers compiled."""
 from __future__ import annotations
 
 import math
-import socket
 
 import pytest
 import torch
@@ -13,7 +12,9 @@ import torch
 from reasonrl.models.forward import fused_lm_head, response_log_probs
 from reasonrl.models.fused_logprob import linear_log_probs
 
-VOCAB = 96
+from helpers import SHARP_LM_VOCAB, free_port, padded_rollout_batch, tiny_sharp_lm  # tests/ is on sys.path
+
+VOCAB = SHARP_LM_VOCAB
 
 
 def naive(hidden, weight, labels):
@@ -93,30 +94,8 @@ def test_rejects_labels_outside_the_vocabulary():
 # ----------------------------------------------------------------------------- whole models
 
 
-def tiny_model(kind: str, tied: bool, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=tied)
-    model = (Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common)))
-    with torch.no_grad():  # HF inits a small-std head: make the distributions far from uniform
-        model.get_output_embeddings().weight.mul_(20.0)
-    return model.float().eval()
-
-
-def padded_batch():
-    """3 rows: prompts left-padded to 5, responses right-padded to 4 (row 2 has a 1-token response)."""
-    from reasonrl.data.collate import collate_rollout
-
-    prompts = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10]]
-    responses = [[11, 12, 13, 14], [15, 16, 17], [18]]
-    b = collate_rollout(prompts, responses, [[0.0] * len(r) for r in responses], pad_id=0)
-    return b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"], b["response_mask"]
-
-
 def grads_of(model, fused: bool, chunk_size: int, with_entropy: bool):
-    ids, mask, pos, resp, rmask = padded_batch()
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     model.zero_grad(set_to_none=True)
     lp, ent = response_log_probs(model, ids, mask, pos, resp, with_entropy=with_entropy, chunk_size=chunk_size,
                                  fused=fused)
@@ -129,7 +108,7 @@ def grads_of(model, fused: bool, chunk_size: int, with_entropy: bool):
 @pytest.mark.parametrize("kind,tied", [("qwen2", True), ("qwen2", False), ("llama", True)])
 @pytest.mark.parametrize("with_entropy", [False, True])
 def test_model_fused_equals_full_logits(kind, tied, with_entropy):
-    model = tiny_model(kind, tied)
+    model = tiny_sharp_lm(kind, tied)
     assert fused_lm_head(model) is model.lm_head
     lp0, ent0, g0 = grads_of(model, fused=False, chunk_size=2048, with_entropy=with_entropy)
     lp1, ent1, g1 = grads_of(model, fused=True, chunk_size=5, with_entropy=with_entropy)  # 12 tokens, chunks of 5
@@ -144,8 +123,8 @@ def test_model_fused_equals_full_logits(kind, tied, with_entropy):
 
 
 def test_no_grad_entropy_pass_and_the_head_restored_on_error():
-    model = tiny_model("qwen2", True)
-    ids, mask, pos, resp, _ = padded_batch()
+    model = tiny_sharp_lm("qwen2", True)
+    ids, mask, pos, resp, _ = padded_rollout_batch()
     with torch.no_grad():
         lp0, ent0 = response_log_probs(model, ids, mask, pos, resp, with_entropy=True, fused=False)
         lp1, ent1 = response_log_probs(model, ids, mask, pos, resp, with_entropy=True, fused=True)
@@ -157,21 +136,15 @@ def test_no_grad_entropy_pass_and_the_head_restored_on_error():
 
 
 def test_models_with_transformed_logits_take_the_full_logits_path():
-    model = tiny_model("llama", True)
+    model = tiny_sharp_lm("llama", True)
     model.config.final_logit_softcapping = 30.0  # as Gemma 2 would: log-probs of the raw head would be wrong
     assert fused_lm_head(model) is None
-    ids, mask, pos, resp, _ = padded_batch()
+    ids, mask, pos, resp, _ = padded_rollout_batch()
     lp, _ = response_log_probs(model, ids, mask, pos, resp, fused=True)
     assert lp.shape == resp.shape
 
 
 # ----------------------------------------------------------------------------- FSDP2 and torch.compile
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_fsdp2_sharded_tied_model_gets_the_same_gradients():
@@ -180,10 +153,10 @@ def test_fsdp2_sharded_tied_model_gets_the_same_gradients():
     from reasonrl.workers.distributed import init_distributed
     from reasonrl.workers.fsdp import shard_model
 
-    mesh = init_distributed(0, 1, "127.0.0.1", _free_port(), "cpu")
-    plain = tiny_model("qwen2", True)
+    mesh = init_distributed(0, 1, "127.0.0.1", free_port(), "cpu")
+    plain = tiny_sharp_lm("qwen2", True)
     _, _, want = grads_of(plain, fused=False, chunk_size=2048, with_entropy=True)
-    sharded = tiny_model("qwen2", True)
+    sharded = tiny_sharp_lm("qwen2", True)
     shard_model(sharded, mesh, "cpu", torch.float32)
     assert fused_lm_head(sharded) is not None
     for _ in range(2):  # twice: the second call starts from the state FSDP left after the first backward
@@ -198,8 +171,8 @@ def test_compiled_decoder_layers_give_the_same_log_probs():
 
     from reasonrl.workers.fsdp import compile_decoder_layers
 
-    model = tiny_model("qwen2", True)
-    ids, mask, pos, resp, _ = padded_batch()
+    model = tiny_sharp_lm("qwen2", True)
+    ids, mask, pos, resp, _ = padded_rollout_batch()
     with torch.no_grad():
         want, _ = response_log_probs(model, ids, mask, pos, resp)
     assert compile_decoder_layers(model) == 2
@@ -219,7 +192,7 @@ def test_compiled_decoder_layers_give_the_same_log_probs():
 def test_bfloat16_model_matches_within_bfloat16_noise():
     """bf16 compute (as on the GPU): the fused path's log-probs and gradients agree with full logits up to bf16
     rounding (the gradients' dtypes match the parameters')."""
-    model = tiny_model("qwen2", True).to(torch.bfloat16)
+    model = tiny_sharp_lm("qwen2", True).to(torch.bfloat16)
     lp0, ent0, g0 = grads_of(model, fused=False, chunk_size=2048, with_entropy=True)
     lp1, ent1, g1 = grads_of(model, fused=True, chunk_size=5, with_entropy=True)
     assert lp1.dtype == torch.float32

@@ -14,7 +14,9 @@ from reasonrl.models.forward import (micro_batch_log_probs, packed_response_log_
                                      training_temperature)
 from reasonrl.models.fused_logprob import linear_log_probs
 
-VOCAB = 96
+from helpers import SHARP_LM_VOCAB, padded_rollout_batch, tiny_sharp_lm  # tests/ is on sys.path
+
+VOCAB = SHARP_LM_VOCAB
 LN2 = math.log(2.0)
 
 
@@ -63,8 +65,8 @@ def test_greedy_is_scored_at_one_and_bad_temperatures_are_refused():
     assert training_temperature(0.7) == 0.7 and training_temperature(1.0) == 1.0
     with pytest.raises(ValueError, match="temperature"):
         linear_log_probs(torch.zeros(1, 1), torch.zeros(3, 1), torch.tensor([0]), temperature=0.0)
-    model = tiny_model()
-    ids, mask, pos, resp, _ = padded_batch()
+    model = tiny_sharp_lm()
+    ids, mask, pos, resp, _ = padded_rollout_batch()
     for bad in (0.0, -0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="temperature"):
             response_log_probs(model, ids, mask, pos, resp, temperature=bad)
@@ -73,31 +75,9 @@ def test_greedy_is_scored_at_one_and_bad_temperatures_are_refused():
 # ----------------------------------------------------------------------------- a tiny model, every path
 
 
-def tiny_model(seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                         tie_word_embeddings=True))
-    with torch.no_grad():  # a sharp distribution: temperature then changes the log-probs by a lot
-        model.get_output_embeddings().weight.mul_(20.0)
-    return model.float().eval()
-
-
-def padded_batch():
-    """3 rows: prompts left-padded to 5, responses right-padded to 4 (row 2 has a 1-token response)."""
-    from reasonrl.data.collate import collate_rollout
-
-    prompts = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10]]
-    responses = [[11, 12, 13, 14], [15, 16, 17], [18]]
-    b = collate_rollout(prompts, responses, [[0.0] * len(r) for r in responses], pad_id=0)
-    return b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"], b["response_mask"]
-
-
 def reference_at(model, temperature):
     """log_softmax(logits / T) of the response tokens and its entropy, straight from the model's full logits."""
-    ids, mask, pos, resp, _ = padded_batch()
+    ids, mask, pos, resp, _ = padded_rollout_batch()
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -resp.shape[1] - 1:-1].float()
     logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, resp[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
@@ -105,8 +85,8 @@ def reference_at(model, temperature):
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_every_path_gives_log_softmax_of_logits_over_t(fused):
-    model = tiny_model()
-    ids, mask, pos, resp, rmask = padded_batch()
+    model = tiny_sharp_lm()
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     valid = rmask.bool()
     with torch.no_grad():
         want_lp, want_ent = reference_at(model, 0.7)
@@ -128,8 +108,8 @@ def test_every_path_gives_log_softmax_of_logits_over_t(fused):
 def test_packed_rows_at_temperature_equal_the_padded_rows():
     from reasonrl.data.packing import pack_rows
 
-    model = tiny_model()
-    ids, mask, pos, resp, rmask = padded_batch()
+    model = tiny_sharp_lm()
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     with torch.no_grad():
         want, _ = response_log_probs(model, ids, mask, pos, resp, temperature=1.3, fused=False)
         got, _ = packed_response_log_probs(model, pack_rows(ids, mask, pos, resp.shape[1]), temperature=1.3)
@@ -137,8 +117,8 @@ def test_packed_rows_at_temperature_equal_the_padded_rows():
 
 
 def test_fused_gradients_at_temperature_equal_the_full_logits_gradients():
-    model = tiny_model()
-    ids, mask, pos, resp, rmask = padded_batch()
+    model = tiny_sharp_lm()
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     grads = []
     for fused in (False, True):
         model.zero_grad(set_to_none=True)
@@ -155,8 +135,8 @@ def test_bfloat16_fused_and_full_logits_agree_at_temperature():
     """bf16 compute (as on the GPU): at T = 0.7 the fused path (float32 division inside each chunk, forward and
     backward) matches the full-logits path (bf16 logits, divided in float32) up to bf16 rounding, as at T = 1
     (tests/test_fused_logprob.py, same tolerances)."""
-    model = tiny_model().to(torch.bfloat16)
-    ids, mask, pos, resp, rmask = padded_batch()
+    model = tiny_sharp_lm().to(torch.bfloat16)
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     out = []
     for fused in (False, True):
         model.zero_grad(set_to_none=True)
@@ -187,8 +167,8 @@ def test_worker_log_prob_path_uses_the_rollout_temperature():
     from reasonrl.data.batch import Batch
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
-    model = tiny_model()
-    ids, mask, pos, resp, rmask = padded_batch()
+    model = tiny_sharp_lm()
+    ids, mask, pos, resp, rmask = padded_rollout_batch()
     mb = Batch({"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": resp})
     valid = rmask.bool()
     with torch.no_grad():
@@ -209,7 +189,7 @@ def test_hf_engine_reports_log_probs_at_the_sampling_temperature(model_path):
     from reasonrl.rollout import SamplingParams
     from reasonrl.rollout.hf_engine import HFRolloutEngine
 
-    model = tiny_model()
+    model = tiny_sharp_lm()
     engine = HFRolloutEngine(model, load_tokenizer(model_path))
     prompt = [5, 9, 17]
     for temperature, scored in ((0.7, 0.7), (0.0, 1.0)):

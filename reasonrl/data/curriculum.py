@@ -34,7 +34,25 @@ def _check_kind(state: Mapping[str, Any], kind: str) -> None:
                          f"data.sampler={kind}: resume with the same sampler (or trainer.resume=never)")
 
 
-class PassRateSampler:
+class _CountedDraws:
+    """The data position of a sampler that counts its draws (``draws``, ``batch_size``, ``size``), as the trainer
+    reads it from every sampler: ``epoch`` and ``offset``."""
+
+    draws: int
+    batch_size: int
+
+    @property
+    def epoch(self) -> int:
+        """Prompts drawn so far, in whole dataset sizes."""
+        return self.draws * self.batch_size // self.size
+
+    @property
+    def offset(self) -> int:
+        """Prompts drawn so far beyond ``epoch`` dataset sizes."""
+        return self.draws * self.batch_size % self.size
+
+
+class PassRateSampler(_CountedDraws):
     """``data.sampler=pass_rate``: prompts weighted by how informative their estimated pass rate is.
 
     Rule: with p_i the posterior mean of prompt i's pass rate (``PromptStats.posterior_mean``, the Beta prior
@@ -62,16 +80,6 @@ class PassRateSampler:
     def size(self) -> int:
         """Training prompts."""
         return self.stats.size
-
-    @property
-    def epoch(self) -> int:
-        """Prompts drawn so far, in whole dataset sizes."""
-        return self.draws * self.batch_size // self.size
-
-    @property
-    def offset(self) -> int:
-        """Prompts drawn so far beyond ``epoch`` dataset sizes."""
-        return self.draws * self.batch_size % self.size
 
     def weights(self) -> np.ndarray:
         """w_i = max(p_i (1 - p_i), floor) from the current statistics."""
@@ -120,7 +128,7 @@ def largest_remainder(total: int, ratios: Mapping[str, float]) -> Dict[str, int]
     return counts
 
 
-class MixtureSampler:
+class MixtureSampler(_CountedDraws):
     """``data.sampler=mixture``: every batch holds a fixed number of prompts of each data source.
 
     Rule: the counts are ``largest_remainder(batch_size, data.mixture)`` (the same every batch), and each source
@@ -158,16 +166,6 @@ class MixtureSampler:
         self.last_weights: List[float] = []
         """Relative inclusion weights (count_s / size_s) / (batch_size / N) of the last batch (1: uniform's)."""
         self._orders: Dict[Tuple[str, int], List[int]] = {}
-
-    @property
-    def epoch(self) -> int:
-        """Prompts drawn so far, in whole dataset sizes (each source's own epoch: ``source_epochs``)."""
-        return self.draws * self.batch_size // self.size
-
-    @property
-    def offset(self) -> int:
-        """Prompts drawn so far beyond ``epoch`` dataset sizes."""
-        return self.draws * self.batch_size % self.size
 
     def order(self, source: str, epoch: int) -> List[int]:
         """The dataset positions of ``source`` in the order of its ``epoch``."""
