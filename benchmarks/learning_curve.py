@@ -31,54 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-class LocalWorkerGroup:
-    """``--driver local``: the trainer's worker group as one worker in the training process (world size 1, one
-    thread, no Ray), with WorkerGroup's call and return conventions. On a small shared CPU machine this avoids Ray's
-    per-node daemons and memory monitor and the thread oversubscription of 2-thread workers."""
-
-    def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1) -> None:
-        import socket
-
-        if world_size != 1:
-            raise ValueError("--driver local runs one worker: set trainer.num_workers=1")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.worker_cls = worker_cls
-        self.worker = worker_cls(**init_kwargs, rank=0, world_size=1, master_addr="127.0.0.1", master_port=port,
-                                 num_threads=int(os.environ.get("LEARNING_CURVE_THREADS", "1")))
-
-    def enable_watchdog(self, watchdog: Any, stack_dir: str) -> None:
-        """No remote ranks to watch: a hang here is the training process's own."""
-
-    def info(self) -> List[Dict[str, Any]]:
-        return [self.worker.info()]
-
-    def __getattr__(self, name: str):
-        from reasonrl.workers.dispatch import ONE_TO_ALL
-
-        mode = getattr(getattr(self.worker_cls, name, None), "dispatch_mode", None)
-        if mode is None:
-            raise AttributeError(f"{self.worker_cls.__name__}.{name} is not a dispatchable worker method")
-        fn = getattr(self.worker, name)
-        return (lambda *a, **k: [fn(*a, **k)]) if mode == ONE_TO_ALL else fn
-
-    def shutdown(self) -> None:
-        engine = getattr(self.worker, "engine", None)
-        if engine is not None and hasattr(engine, "shutdown"):
-            engine.shutdown()
-
-
 def train_in_process(train_args: List[str]) -> int:
-    """``reasonrl.train.main(train_args)`` with the worker groups in this process (``--driver local``)."""
-    import reasonrl.trainer.trainer as trainer_module
+    """``reasonrl.train.main(train_args)`` with the worker groups in this process (``--driver local``: the in-process
+    backend, one thread per worker, no Ray). On a small shared CPU machine this avoids Ray's per-node daemons and
+    memory monitor and the thread oversubscription of 2-thread workers."""
     from reasonrl.train import main as train_main
+    from reasonrl.trainer.backends import InProcessBackend
 
-    trainer_module.WorkerGroup = LocalWorkerGroup
-    trainer_module.start_ray = lambda *args, **kwargs: None
-    trainer_module.worker_cpus = lambda *args, **kwargs: 1  # no Ray to ask; LocalWorkerGroup runs one thread
-    return train_main(train_args)
+    return train_main(train_args, backend=InProcessBackend(num_threads=int(os.environ.get("LEARNING_CURVE_THREADS",
+                                                                                          "1"))))
 
 
 def train_command(algorithm: str, seed: int, steps: int, val_every: int, run_dir: Path,
@@ -167,7 +128,7 @@ def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str]) -> L
     """The command line of one seed: ``reasonrl.train``, or (``--driver local``) this script's in-process trainer."""
     run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
     cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides)
-    if args.driver == "local":  # same arguments, trainer in-process (see LocalWorkerGroup)
+    if args.driver == "local":  # same arguments, trainer in-process (the in-process backend)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--in-process-train", *cmd[3:], "trainer.num_workers=1"]
     return cmd
 

@@ -7,36 +7,35 @@ import sys
 from typing import List, Optional
 
 
-def print_header(cfg, notes, world_size: int, device: Optional[str] = None) -> None:
-    """The start-up table: presets, the effective config (per-device settings resolved for ``device``, default:
-    the run's), the per-device settings with why, and the derived batch sizes."""
+def print_header(cfg, notes, plan) -> None:
+    """The start-up table: presets, the effective config (per-device settings resolved for the plan's device), the
+    per-device settings with why, and the derived batch sizes and passes."""
     from reasonrl.config import to_yaml
     from reasonrl.config.device_defaults import apply_device_defaults
     from reasonrl.config.passes import pass_rows
-    from reasonrl.trainer.run_plan import batch_size_table, resolve_device
 
-    device = device or resolve_device(cfg)
-    settings = apply_device_defaults(cfg, device)
-
+    settings = apply_device_defaults(cfg, plan.device)
     if notes.get("profile") == "cpu":
         print("reasonrl: no GPU — using the CPU profile (small batch and lengths; set trainer.profile=none or give "
               "sizes to change it)", flush=True)
     print(f"reasonrl: task={notes['task']} algorithm={notes['algorithm']} model={cfg.model.path}", flush=True)
     print("---- effective config ----")
     print(to_yaml(cfg).rstrip())
-    print(f"---- per-device settings ({device}) ----")
+    print(f"---- per-device settings ({plan.device}) ----")
     key_w = max(len(s.key) for s in settings)
     for s in settings:
         print(f"  {s.key:<{key_w}}  {str(s.value).lower() if isinstance(s.value, bool) else s.value}  ({s.why})")
     print("---- batch sizes ----")
-    rows = batch_size_table(cfg, world_size) + pass_rows(cfg)
+    rows = plan.batch.table() + pass_rows(cfg)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
     print("-" * (width + 10), flush=True)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, backend=None) -> int:
+    """The command; ``backend`` runs the worker groups (default: Ray; ``trainer.backends.InProcessBackend`` for the
+    benchmarks' in-process driver)."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
@@ -50,17 +49,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    from reasonrl.trainer.run_plan import check_divisibility, resolve_device, world_size_for
-    from reasonrl.trainer.trainer import Trainer
+    from reasonrl.trainer.run_plan import RunPlan
 
-    device = resolve_device(cfg)
-    world = world_size_for(cfg, device)
-    print_header(cfg, notes, world, device)
     try:
-        check_divisibility(cfg, world)
-    except ValueError as exc:
+        plan = RunPlan.build(cfg)  # every derived fact and every rule between features, before anything starts
+    except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
+    print_header(cfg, notes, plan)
     from reasonrl.doctor import check_requirements
 
     problems = check_requirements(cfg)
@@ -75,17 +71,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
 
-    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from reasonrl.workers.critic import CriticWorker
+    from reasonrl.trainer.backends import RayBackend
+    from reasonrl.trainer.trainer import Trainer
 
     try:
-        if cfg.trainer.mode == "async":  # rollout workers on their own devices, one step ahead (docs/async.md)
-            from reasonrl.trainer.async_loop import AsyncTrainer
-            from reasonrl.workers.rollout_worker import RolloutWorker
-
-            trainer = AsyncTrainer(cfg, actor_worker=ActorRolloutRefWorker, rollout_worker=RolloutWorker)
-        else:
-            trainer = Trainer(cfg, actor_worker=ActorRolloutRefWorker, critic_worker=CriticWorker)
+        trainer = Trainer(cfg, plan, backend or RayBackend())  # trainer.mode=async: rollout workers of their own (docs/async.md)
     except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2

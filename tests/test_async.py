@@ -23,12 +23,12 @@ TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n
 
 def make_trainer(args):
     from reasonrl.config import load_config
-    from reasonrl.trainer.async_loop import AsyncTrainer
-    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
-    from reasonrl.workers.rollout_worker import RolloutWorker
+    from reasonrl.trainer.backends import RayBackend
+    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.trainer.trainer import Trainer
 
     cfg, _ = load_config(TINY + args, cuda_available=False)
-    return AsyncTrainer(cfg, actor_worker=ActorRolloutRefWorker, rollout_worker=RolloutWorker)
+    return Trainer(cfg, RunPlan.build(cfg), RayBackend())
 
 
 def read_jsonl(path: Path):
@@ -153,7 +153,7 @@ def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, t
 
 def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path, monkeypatch):
     from reasonrl import fault_points
-    from reasonrl.trainer.async_loop import RolloutWorkerError
+    from reasonrl.controller.worker_group import RolloutWorkerError
 
     # The 3rd generation started is the batch of step 3 (1st: step 1, 2nd: step 2): the worker is killed before it,
     # while step 2 trains

@@ -40,8 +40,10 @@ def test_a_user_setting_wins_on_either_device():
 
 
 def test_the_start_up_table_prints_the_effective_values_and_why(capsys):
-    cfg, notes = load_config(["task=arith"], cuda_available=True)
-    print_header(cfg, notes, world_size=2, device="cuda")
+    from reasonrl.trainer.run_plan import RunPlan
+
+    cfg, notes = load_config(["task=arith", "trainer.num_workers=2"], cuda_available=True)
+    print_header(cfg, notes, RunPlan.build(cfg, device="cuda"))
     out = capsys.readouterr().out
     assert "---- per-device settings (cuda) ----" in out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("rollout.enforce_eager"))

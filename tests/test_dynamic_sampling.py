@@ -5,16 +5,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from reasonrl.data.batch import Batch
-from reasonrl.trainer.dynamic_sampling import Round, informative_group_ids, refill_informative_groups, usable_groups
+from reasonrl.data.sample import Round, Sample
+from reasonrl.trainer.dynamic_sampling import informative_group_ids, refill_informative_groups, usable_groups
 
 
 def make_round(tag: str, group_scores):
     """One group per entry of ``group_scores`` (each a list of n scores); prompts are named tag0, tag1, ..."""
     prompts = [f"{tag}{g}" for g in range(len(group_scores))]
     scores = [s for group in group_scores for s in group]
-    gen = Batch(meta={"response_text": [f"{tag}{g}-{j}" for g, grp in enumerate(group_scores) for j in range(len(grp))]})
-    return Round(prompts, gen, [SimpleNamespace(score=s) for s in scores])
+    samples = [Sample(prompt=prompts[g], group=g, response_ids=[], response_text=f"{tag}{g}-{j}", rollout_log_probs=[],
+                      finish_reason="stop", result=SimpleNamespace(score=score))
+               for g, grp in enumerate(group_scores) for j, score in enumerate(grp)]
+    return Round(prompts, samples)
 
 
 def test_informative_groups_are_those_with_different_scores():
@@ -44,7 +46,8 @@ def test_refill_takes_informative_groups_from_later_rounds_and_stops_at_target()
     out, m = refill_informative_groups(first, lambda: next(more), n=2, target_groups=4, max_rounds=3,
                                        world_size=2, mini_batch_prompts=4)
     assert out.prompts == ["a1", "b1", "b3", "c0"]
-    assert out.gen["response_text"] == ["a1-0", "a1-1", "b1-0", "b1-1", "b3-0", "b3-1", "c0-0", "c0-1"]
+    assert [s.response_text for s in out.samples] == ["a1-0", "a1-1", "b1-0", "b1-1", "b3-0", "b3-1", "c0-0", "c0-1"]
+    assert [s.group for s in out.samples] == [0, 0, 1, 1, 2, 2, 3, 3]  # renumbered: the groups of the new round
     assert [r.score for r in out.results] == [0, 1, 1, 0, 0, 1, 0, 1]
     # 3 rounds x 4 prompts sampled; 4 kept; 12 - 4 = 8 dropped.
     assert m["dynamic_sampling/rounds"] == 3
@@ -68,7 +71,7 @@ def test_resampling_is_capped_and_result_trimmed_for_the_ranks():
     # 3 informative groups; 2 ranks -> 2 usable (below one mini-batch of 4)
     assert m["dynamic_sampling/groups_informative"] == 3
     assert out.prompts == ["a2", "r12"]
-    assert len(out.gen) == 4 and len(out.results) == 4
+    assert len(out.samples) == 4 and len(out.results) == 4
 
 
 def test_no_informative_group_falls_back_to_the_first_round():

@@ -174,7 +174,8 @@ class StreamWorker(EchoWorker):
     def generate_stream(self, prompts: Batch, chunk_prompts: int):
         self.part = list(prompts["prompt"])
         for i, prompt in enumerate(self.part):
-            yield Batch(meta={"prompt_row": [i], "response_text": [f"\\boxed{{{prompt}}}"], "rank": [self.rank]})
+            yield Batch(meta={"prompt_row": [i], "response_text": [f"\\boxed{{{prompt}}}"], "rank": [self.rank],
+                              "response_ids": [[i]], "rollout_log_probs": [[]], "finish_reason": ["stop"]})
 
     @dispatch(ONE_TO_ALL)
     def streamed_part(self) -> list:
@@ -196,13 +197,13 @@ def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
     try:
         streams = group.stream("generate_stream", Batch(meta={"prompt": [str(i) for i in range(4)]}), 1)
         with VerifierPool(workers=1, timeout_s=30) as pool:
-            gen, results = collect_stream(group, streams, prompts, pool, RewardConfig(), PhaseTimer())
+            samples = collect_stream(group, streams, prompts, pool, RewardConfig(), PhaseTimer())
         assert group.streamed_part() == [["0", "1"], ["0", "1"], ["2", "3"], ["2", "3"]]
     finally:
         group.shutdown()
-    assert gen["response_text"] == [f"\\boxed{{{i}}}" for i in range(4)]  # each prompt once, in engine order
-    assert gen["rank"] == [0, 0, 2, 2]
-    assert [r.correct for r in results] == [True] * 4  # each row verified against its own prompt
+    assert [s.response_text for s in samples] == [f"\\boxed{{{i}}}" for i in range(4)]  # each prompt once, in order
+    assert [s.group for s in samples] == [0, 1, 2, 3]  # the row of engine 1 counts from its share's start
+    assert [s.result.correct for s in samples] == [True] * 4  # each row verified against its own prompt
 
 
 class BlockingWorker(EchoWorker):

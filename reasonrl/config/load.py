@@ -141,23 +141,10 @@ def validate(cfg: Config) -> None:
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
-    if cfg.trainer.mode == "async":
-        a = cfg.async_rollout
-        need(cfg.data.train_batch_size % a.num_rollout_workers == 0, "async_rollout.num_rollout_workers",
-             f"must divide data.train_batch_size ({cfg.data.train_batch_size})")
-        need(not cfg.rollout.check_weight_sync, "rollout.check_weight_sync",
-             "is for the colocated engine; with trainer.mode=async the rollout/logprob_diff_* metrics (TIS) and "
-             "tests/test_async.py check the transferred weights")
-        need(cfg.algorithm.adv_estimator != "gae", "trainer.mode",
-             "async is not supported with the PPO critic (adv_estimator=gae) yet")
-        need(not cfg.algorithm.dynamic_sampling, "trainer.mode",
-             "async is not supported with DAPO dynamic sampling yet")
-        need(cfg.rollout.tensor_parallel_size == 1, "rollout.tensor_parallel_size",
-             "must be 1 with trainer.mode=async: each rollout worker runs one engine of its own, and tensor-parallel "
-             "rollout workers (a process group per engine, weights received by every rank) are not wired yet")
-        need(cfg.algorithm.adv_estimator != "remax", "trainer.mode",
-             "async is not supported with ReMax (adv_estimator=remax: its greedy baseline runs on the engines that are "
-             "generating the next round) yet")
+    from .combinations import combination_problems  # the rules between features (the RunPlan runs them too)
+
+    for key, message in combination_problems(cfg)[:1]:
+        need(False, key, message)
     need(len(cfg.actor.betas) == 2, "actor.betas", f"must be two numbers [beta1, beta2], got {cfg.actor.betas}")
     low_high = cfg.reward.score_range
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],

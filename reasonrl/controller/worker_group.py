@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import ray
 from ray.util.placement_group import remove_placement_group
@@ -69,6 +69,7 @@ class WorkerGroup:
             for r in range(world_size)
         ]
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
+        self.call_error: type = WorkerCallError  # what a failed call raises (wait_watched)
         self.stack_files: List[Path] = []
         self.pids: List[int] = []
 
@@ -102,7 +103,7 @@ class WorkerGroup:
             refs = [getattr(w, name).remote(parts[r // self.engine_ranks], *rest, **kwargs)
                     for r, w in enumerate(self.workers)]
             results = self._wait(name, refs)  # fault points and the watchdog, as for every call
-            return Batch.concat(results[::self.engine_ranks])
+            return concat_engine_rows(results[::self.engine_ranks], len(parts[0]))
         if mode in (SPLIT_BATCH, SPLIT_METRICS):
             batch, rest = args[0], args[1:]
             parts = batch.chunk(self.world_size)
@@ -155,9 +156,30 @@ class WorkerGroup:
         return [getattr(w, name).options(num_returns="streaming").remote(parts[r // self.engine_ranks], *args)
                 for r, w in enumerate(self.workers)]
 
-    def stream_heads(self, streams: List[Any]) -> List[Any]:
-        """The streams of ``stream`` whose rows count: each engine's first rank's, in engine order."""
-        return streams[::self.engine_ranks]
+    @property
+    def engines(self) -> int:
+        """Rollout engines of the group (ranks / ``engine_ranks``)."""
+        return self.world_size // self.engine_ranks
+
+    def iter_stream(self, streams: List[Any]) -> Iterator[Tuple[int, Batch]]:
+        """(engine, sub-batch) as each engine's stream yields them, in arrival order; GenerationError naming the rank
+        when a worker fails. With tensor-parallel engines only each engine's first rank's sub-batches are rows; the
+        other ranks' streams (the same rows again) are drained."""
+        heads = {stream: e for e, stream in enumerate(streams[::self.engine_ranks])}
+        active = {stream: rank for rank, stream in enumerate(streams)}
+        name = self.worker_cls.__name__
+        while active:
+            ready, _ = ray.wait(list(active), num_returns=1)
+            stream = ready[0]
+            try:
+                part = ray.get(next(stream))
+            except StopIteration:
+                del active[stream]
+                continue
+            except ray.exceptions.RayError as exc:
+                raise GenerationError(f"{name} rank {active[stream]} failed while generating: {exc}") from exc
+            if stream in heads:
+                yield heads[stream], part
 
     def submit(self, name: str, *args: Any, **kwargs: Any) -> List[Any]:
         """Start ``name`` (same arguments to every rank) without waiting: the ranks' ObjectRefs, in rank order. The
@@ -172,25 +194,70 @@ class WorkerGroup:
         remove_placement_group(self.placement_group)
 
 
-def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]]) -> List[Any]:
-    """The results of calls on one or more groups (``(group, refs)`` pairs, results in that order), under the first
-    group's watchdog when it has one: past the phase's limit the pending ranks are named, their stacks printed, and
-    PhaseHangError raised. Every call of the controller on its workers is waited on here (dispatch, submit)."""
-    refs = [ref for _, group_refs in calls for ref in group_refs]
+class GenerationError(RuntimeError):
+    """A worker of the generating group failed (raised, or its process died) while generating."""
+
+
+def concat_engine_rows(parts: List[Batch], prompts_per_engine: int) -> Batch:
+    """The engines' outputs one after another, each row's ``prompt_row`` (its prompt's position in the engine's
+    share) turned into the position in the whole call."""
+    for e, part in enumerate(parts):
+        if "prompt_row" in part and e:
+            part.meta["prompt_row"] = [e * prompts_per_engine + r for r in part["prompt_row"]]
+    return Batch.concat(parts)
+
+
+PEER_GONE = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer")
+"""Phrases of gloo/NCCL errors that mean the other end of a collective went away (a worker of another group)."""
+
+
+class WorkerCallError(RuntimeError):
+    """A worker failed (raised, or its process died) during a call; the message names the class, the rank and what
+    it was doing."""
+
+
+class RolloutWorkerError(WorkerCallError):
+    """A rollout worker of ``trainer.mode=async`` failed or died."""
+
+
+def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what: Optional[str] = None) -> List[Any]:
+    """The results of calls on one or more groups (``(group, refs)`` pairs, results in that order). Every call of the
+    controller on its workers is waited on here (dispatch, submit, the async weight broadcast).
+
+    Under the first group's watchdog when it has one: past the phase's limit the pending ranks are named, their
+    stacks printed, and PhaseHangError raised. A failed call raises the group's ``call_error`` naming the worker and
+    ``what`` it was doing (default: the phase); when the failure is a collective whose peer went away
+    (``PEER_GONE``), the other calls are waited for first, so the worker that died is the one named."""
+    if any(hasattr(group, "wait") for group, _ in calls):  # in-process groups (controller.in_process) wait their own
+        return [result for group, refs in calls for result in group.wait(phase, refs, what or "")]
+    owner = {ref: (group, rank) for group, refs in calls for rank, ref in enumerate(refs)}
+    order = [ref for _, refs in calls for ref in refs]
     watchdog = calls[0][0].watchdog
-    if watchdog is None:
-        return ray.get(refs)
-    start = time.monotonic()
-    _ready, pending = ray.wait(refs, num_returns=len(refs), timeout=watchdog.limit_s(phase))
-    if pending:
-        for group, group_refs in calls:  # the first group with a rank that did not answer is the one named
-            ranks = [r for r, ref in enumerate(group_refs) if ref in pending]
-            if ranks:
-                watchdog.hung(group.worker_cls.__name__, phase, ranks, time.monotonic() - start,
-                              group.dump_stacks(ranks))
-    results = ray.get(refs)
-    watchdog.record(phase, time.monotonic() - start)
-    return results
+    limit = watchdog.limit_s(phase) if watchdog is not None else None
+    start, pending, results = time.monotonic(), list(order), {}
+    peer_gone: Optional[WorkerCallError] = None
+    while pending:
+        left = None if limit is None else max(0.0, start + limit - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not ready:  # past the phase's limit: name the ranks that did not answer, with their stacks
+            for group, refs in calls:
+                ranks = [r for r, ref in enumerate(refs) if ref in pending]
+                if ranks:
+                    watchdog.hung(group.worker_cls.__name__, phase, ranks, time.monotonic() - start,
+                                  group.dump_stacks(ranks))
+        try:
+            results[ready[0]] = ray.get(ready[0])
+        except ray.exceptions.RayError as exc:
+            group, rank = owner[ready[0]]
+            error = group.call_error(f"{group.worker_cls.__name__} rank {rank} failed while {what or phase}: {exc}")
+            if not any(p in str(exc) for p in PEER_GONE) or not pending:
+                raise error from exc
+            peer_gone = peer_gone or error  # a peer went away: its own error is the one to report
+    if peer_gone is not None:
+        raise peer_gone
+    if watchdog is not None:
+        watchdog.record(phase, time.monotonic() - start)
+    return [results[ref] for ref in order]
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> None:

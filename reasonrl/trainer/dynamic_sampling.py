@@ -8,26 +8,12 @@ keeps the informative groups of the first round, samples further rounds (at most
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
 from reasonrl.algorithms import filter_groups
-from reasonrl.data.batch import Batch
-
-
-@dataclass
-class Round:
-    """One rollout round: prompts (one per group), their responses (``n`` per prompt, grouped) and the verifier
-    results in response order."""
-
-    prompts: List[Any]
-    gen: Batch
-    results: List[Any]
-    indices: List[int] = field(default_factory=list)
-    """The prompts' positions in the training dataset (for the per-prompt statistics); empty once groups are
-    selected from several rounds."""
+from reasonrl.data.sample import Round
 
 
 def usable_groups(kept: int, world_size: int, mini_batch_prompts: int) -> int:
@@ -59,13 +45,6 @@ def informative_group_ids(results: List[Any], n: int) -> List[int]:
     return [g for g in range(len(results) // n) if g in kept_groups]
 
 
-def select_groups(rnd: Round, groups: List[int], n: int) -> Round:
-    """The sub-round made of ``groups`` (their prompts, responses and results, in the given order)."""
-    rows = [g * n + j for g in groups for j in range(n)]
-    return Round([rnd.prompts[g] for g in groups], rnd.gen.select(rows) if rows else Batch(),
-                 [rnd.results[i] for i in rows])
-
-
 def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n: int, target_groups: int,
                               max_rounds: int, world_size: int, mini_batch_prompts: int
                               ) -> Tuple[Round, Dict[str, float]]:
@@ -80,7 +59,7 @@ def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n
         sampled += len(rnd.prompts)
         ids = informative_group_ids(rnd.results, n)[: max(0, target_groups - kept_count)]
         if ids:
-            kept.append(select_groups(rnd, ids, n))
+            kept.append(rnd.select_groups(ids))
             kept_count += len(ids)
         if kept_count >= target_groups or rounds > max_rounds:
             break
@@ -95,7 +74,4 @@ def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n
         metrics.update({"dynamic_sampling/fallback": 1.0, "dynamic_sampling/groups_kept": float(len(first.prompts)),
                         "dynamic_sampling/groups_dropped": float(sampled - len(first.prompts))})
         return first, metrics
-    prompts = [p for r in kept for p in r.prompts][:use]
-    gen = Batch.concat([r.gen for r in kept]).select(range(use * n))
-    results = [x for r in kept for x in r.results][: use * n]
-    return Round(prompts, gen, results), metrics
+    return Round.concat(kept).select_groups(range(use)), metrics

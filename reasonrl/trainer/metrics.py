@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from reasonrl.algorithms import kl_penalty, masked_mean
+from reasonrl.data.sample import TOOL_STATS
 
 
 class PhaseTimer:
@@ -63,16 +64,19 @@ def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: to
     return out
 
 
-def round_metrics(gen, results: List, scores: torch.Tensor, response_mask: torch.Tensor, verifiers: List[str],
+def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch.Tensor,
                   verdicts: torch.Tensor) -> Dict[str, float]:
     """A round's reward, accuracy (over the verdicts) and lengths, per-verifier metrics over the verdicts, and the tool
-    loop's metrics when it ran (``gen`` carries a ``tool_mask``)."""
-    out = rollout_metrics(scores, [r.correct for r in results], response_mask, gen["finish_reason"], verdicts)
+    loop's metrics when it ran (the Samples carry a ``tool_mask``)."""
+    results = [s.result for s in samples]
+    out = rollout_metrics(scores, [r.correct for r in results], response_mask, [s.finish_reason for s in samples],
+                          verdicts)
     judged = verdicts.nonzero().squeeze(-1).tolist()
-    out.update(per_verifier_metrics([verifiers[i] for i in judged], [results[i].score for i in judged],
+    out.update(per_verifier_metrics([samples[i].verifier for i in judged], [results[i].score for i in judged],
                                     [results[i].correct for i in judged]))
-    if "tool_mask" in gen:  # multi-turn tool rollout (tool.enabled)
-        out.update(tool_metrics(gen))
+    if samples and samples[0].tool_mask is not None:  # multi-turn tool rollout (tool.enabled)
+        out.update(tool_metrics({"tool_mask": [s.tool_mask for s in samples],
+                                 **{k: [s.tool_stats.get(k, 0) for s in samples] for k in TOOL_STATS}}))
     return out
 
 

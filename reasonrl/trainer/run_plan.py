@@ -1,15 +1,113 @@
-"""What a run derives from its config before anything loads: the device, the data-parallel world size, the batch
-sizes' table and checks, whether rollouts carry log-probs, whether offload is on, and whether a prompt and its
-response fit the model's context. The trainer and ``reasonrl.train`` read these facts from here, not from the raw
-config."""
+"""What a run derives from its config before anything loads, resolved once: the ``RunPlan``.
+
+``RunPlan.build(cfg)`` (called by ``reasonrl.train`` before Ray starts) decides the device, the data-parallel world
+size, the batch plan, which passes run, the sampling of training and validation rollouts, the generator (plain or the
+tool loop), the mode and the placement numbers, and runs every rule between features
+(``reasonrl.config.combinations``): an unsupported combination fails there, naming the keys. The trainer, its rollout
+source and the start-up table read these facts from the plan, not from the raw config. The checks against the model
+(context length, the memory plan) run once its ``config.json`` is known.
+"""
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from reasonrl.config import Config, ConfigError
 from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.config.passes import Passes, passes_needed
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The facts of one run derived from its config (see the module docstring)."""
+
+    device: str
+    """``cpu`` or ``cuda`` (``trainer.device``, ``auto`` resolved)."""
+    mode: str
+    """``colocated`` (the engines live in the actor workers) or ``async`` (rollout workers of their own)."""
+    world_size: int
+    """Actor (data-parallel) ranks."""
+    engine_ranks: int
+    """Ranks that share one rollout engine (``rollout.tensor_parallel_size``)."""
+    rollout_workers: int
+    """Rollout workers of ``async`` mode (0 when colocated)."""
+    steps_ahead: int
+    """Rounds generated ahead of training (``async_rollout.max_staleness``; 0 when colocated)."""
+    batch: BatchPlan
+    """Every batch size (checked)."""
+    passes: Passes
+    """The teacher-forced passes a step runs (old log-probs, reference, values)."""
+    generator: str
+    """``plain`` (the engine) or ``tools`` (the multi-turn tool loop around it, ``tool.enabled``)."""
+    offload: bool
+    """Any of actor/ref/critic offload is on."""
+    rollout_logprobs: bool
+    """Training rollouts carry the engine's log-probs (``rollout.logprobs``; auto: TIS or the weight-sync check)."""
+    stream_chunk_prompts: int
+    """Prompts per streamed sub-batch (rewards while generating; 0: one generate call)."""
+    training_sampling: Dict[str, Any]
+    """``SamplingParams`` fields of training rollouts (``rollout.n`` samples at ``rollout.temperature``)."""
+    validation_sampling: Dict[str, Any]
+    """``SamplingParams`` fields of validation (one sample at ``rollout.val_temperature``, no log-probs)."""
+    ray_cpus: int
+    """CPUs Ray is started with (the machine's, twice when two groups time-share them)."""
+    cpu_groups: int
+    """Worker groups that time-share the cores on CPU (actor, critic, rollout): each worker gets the cluster's CPUs
+    divided by world size x groups (``controller.cpus_per_worker``, once Ray is up)."""
+    gpu_share: float
+    """GPU fraction of each actor rank (0.5 when the critic shares it)."""
+
+    @property
+    def use_critic(self) -> bool:
+        return self.passes.values
+
+    @property
+    def is_async(self) -> bool:
+        return self.mode == "async"
+
+    @classmethod
+    def build(cls, cfg: Config, device: Optional[str] = None) -> "RunPlan":
+        """The plan of ``cfg``; ConfigError naming the keys when a combination is unsupported or the batch sizes do
+        not divide (nothing has started yet)."""
+        from reasonrl.config.combinations import combination_problems
+
+        problems = combination_problems(cfg)
+        if problems:
+            raise ConfigError("; ".join(f"config key '{k}': {m}" for k, m in problems))
+        device = device or resolve_device(cfg)
+        world = world_size_for(cfg, device)
+        batch = BatchPlan.from_config(cfg, world)
+        try:
+            batch.check()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        r, is_async = cfg.rollout, cfg.trainer.mode == "async"
+        rollout_workers = cfg.async_rollout.num_rollout_workers if is_async else 0
+        if is_async and rollout_workers > 1 and world % rollout_workers:
+            raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must divide the "
+                              f"{world} actor workers (validation pads batches to the actor count)")
+        if world % r.tensor_parallel_size:
+            raise ConfigError(f"config key 'rollout.tensor_parallel_size': {r.tensor_parallel_size} must divide the "
+                              f"{world} actor workers (each engine spans that many ranks)")
+        passes = passes_needed(cfg)
+        cores = os.cpu_count() or 1
+        groups = 1 + int(passes.values) + int(is_async)  # groups sharing the cores on CPU
+        logprobs = rollout_logprobs_wanted(cfg)
+        return cls(
+            device=device, mode=cfg.trainer.mode, world_size=world, engine_ranks=r.tensor_parallel_size,
+            rollout_workers=rollout_workers, steps_ahead=cfg.async_rollout.max_staleness if is_async else 0,
+            batch=batch, passes=passes, generator="tools" if cfg.tool.enabled else "plain",
+            offload=offload_enabled(cfg), rollout_logprobs=logprobs, stream_chunk_prompts=r.stream_chunk_prompts,
+            training_sampling={"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
+                               "max_new_tokens": r.max_new_tokens, "logprobs": logprobs},
+            validation_sampling={"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,
+                                 "max_new_tokens": r.max_new_tokens, "logprobs": False},
+            ray_cpus=cores * (2 if (passes.values or is_async) else 1),
+            cpu_groups=groups,
+            gpu_share=0.5 if passes.values else 1.0)
 
 
 def resolve_device(cfg: Config) -> str:

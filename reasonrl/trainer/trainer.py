@@ -1,15 +1,16 @@
 """The RL loop. One step reads like the algorithm:
 
-rollout -> verify -> old log-probs -> ref log-probs -> advantages -> actor update -> weight sync,
+round (rollout -> verify, from the rollout source) -> old log-probs -> ref log-probs -> advantages -> update ->
+publish the weights (through the source),
 
-each phase under a timer (``timing_s/<phase>``), all metrics of a step in one dict.
+each phase under a timer (``timing_s/<phase>``), all metrics of a step in one dict. The same loop serves both modes:
+the source (``sources.ColocatedSource`` or ``sources.AsyncSource``, from the plan's mode) is the only difference.
 """
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
@@ -17,48 +18,42 @@ from tqdm import tqdm
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
                                  make_kl_controller, overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
-from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.device_defaults import apply_device_defaults
-from reasonrl.controller import WorkerGroup, start_ray
-from reasonrl.controller import cpus_per_worker as worker_cpus
+from reasonrl.controller import WorkerGroup
 from reasonrl.data import Batch, PromptDataset
+from reasonrl.data.collate import loss_mask
 from reasonrl.data.curriculum import curriculum_metrics, make_sampler, start_curriculum
 from reasonrl.data.prompt_stats import group_verdicts
-from reasonrl.data.collate import collate_rollout, loss_mask
+from reasonrl.data.sample import Round, Sample, collate_samples
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
-from reasonrl.rewards import check_verifiers, make_pool, verifier_for, verify_item
+from reasonrl.rewards import check_verifiers, make_pool
 
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
-from .dynamic_sampling import Round, refill_informative_groups
+from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
 from .metrics import PhaseTimer, policy_metrics, round_metrics, startup_metrics
-from reasonrl.config.passes import passes_needed
-from .run_plan import (check_context_length, check_memory_plan, model_config_json, offload_enabled, resolve_device,
-                       rollout_logprobs_wanted, slowest_rank, world_size_for)
+from .run_plan import RunPlan, check_context_length, check_memory_plan, model_config_json, slowest_rank
+from .sources import make_source
 from .watchdog import PhaseWatchdog
-from .streaming import generate_and_verify
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
-    """The single controller. ``actor_worker`` / ``critic_worker`` are the worker classes its groups run (the entry
-    point picks them: ``ActorRolloutRefWorker`` and ``CriticWorker``); the critic one is needed for ``gae`` only."""
+    """The single controller over a ``RunPlan``. ``backend`` starts the worker groups (``backends.RayBackend``: Ray
+    actors; ``backends.InProcessBackend``: the same workers in this process, for benchmarks and fast tests); the
+    rollout source follows from the plan's mode (``sources``)."""
 
-    def __init__(self, cfg: Config, actor_worker: type, critic_worker: Optional[type] = None) -> None:
-        self.cfg = cfg
-        self.device = resolve_device(cfg)
-        apply_device_defaults(cfg, self.device)  # rollout.enforce_eager=None -> the device's default
+    def __init__(self, cfg: Config, plan: RunPlan, backend: Any) -> None:
+        self.cfg, self.plan = cfg, plan
+        apply_device_defaults(cfg, plan.device)  # rollout.enforce_eager=None -> the device's default
         self.startup = PhaseTimer()  # startup_s/<phase>: logged with the first step, printed once
-        self.world_size = world_size_for(cfg, self.device)
-        self.batch_plan = BatchPlan.from_config(cfg, self.world_size)
-        self.batch_plan.check()
-        self.offload = offload_enabled(cfg)
-        if self.offload and self.device == "cpu":
+        self.world_size, self.batch_plan = plan.world_size, plan.batch
+        if plan.offload and plan.device == "cpu":
             log.warning("offload (actor/ref/critic.offload_*) has no effect on a CPU worker: the models already live "
                         "in CPU memory")
         self.run_dir = Path(cfg.trainer.output_dir)
@@ -67,9 +62,9 @@ class Trainer:
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
-            if self.device == "cuda" and cfg.trainer.mode == "colocated":  # will it fit? before anything loads
+            if plan.device == "cuda" and plan.mode == "colocated":  # will it fit? before anything loads
                 check_memory_plan(cfg, model_config_json(self.model_path),
-                                  torch.cuda.get_device_properties(0).total_memory, self.world_size)
+                                  torch.cuda.get_device_properties(0).total_memory, plan.world_size)
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
@@ -92,34 +87,16 @@ class Trainer:
 
         self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
                                   cfg.trainer.experiment)
-
-        cores = os.cpu_count() or 1
-        self.use_critic = cfg.algorithm.adv_estimator == "gae"
-        # The critic is colocated: its ranks time-share the actor ranks' cores (phases never overlap), so Ray is told
-        # of twice the cores to place both groups.
-        with self.startup("ray_start"):
-            start_ray(cfg.trainer.ray_address, num_cpus=cores * (2 if self.use_critic else 1))
-        # Groups sharing the cores on CPU: the actor's, the critic's (PPO), the rollout workers' (trainer.mode=async).
-        groups = 1 + int(self.use_critic) + int(cfg.trainer.mode == "async")
-        cpus_per_worker = worker_cpus(self.world_size, groups) if self.device == "cpu" else 1
-        gpu_share = 0.5 if self.use_critic else 1.0  # on GPU the critic shares each actor rank's GPU
-        worker_kwargs = {"config": to_dict(cfg), "model_path": self.model_path, "batch_plan": self.batch_plan}
-        with self.startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
-            self.workers = WorkerGroup(actor_worker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                       worker_kwargs, gpu_fraction=gpu_share,
-                                       engine_ranks=cfg.rollout.tensor_parallel_size)
-            self.worker_info = self.workers.info()
+        groups = backend.start(cfg, plan, self.model_path, self.startup)
+        self.workers, self.critic = groups.actor, groups.critic
+        self.worker_info = self.workers.info()
         engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
         if engine_starts:
             self.startup.seconds["engine_start"] = max(engine_starts)
-        self.critic: Optional[WorkerGroup] = None
-        if self.use_critic:  # PPO: a value model per rank, next to the actor's
-            if critic_worker is None:
-                raise ValueError("algorithm.adv_estimator=gae needs a critic worker class")
-            self.critic = WorkerGroup(critic_worker, self.world_size, self.device == "cuda", cpus_per_worker,
-                                      worker_kwargs, gpu_fraction=gpu_share)
         self.pool = make_pool(cfg.reward)
+        self.source = make_source(plan, groups, self.pool, cfg, self.draw)
         self._resume()
+        self.source.start(self.step)  # the engines at the resumed weights; async: rounds started ahead
 
     # ------------------------------------------------------------------ set-up
     def _choose_checkpoint(self) -> Optional[Path]:
@@ -151,7 +128,7 @@ class Trainer:
                 self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             if "prompt_stats" in state:  # checkpoints from before the statistics start from the seeded ones
                 self.prompt_stats.load_state_dict(state["prompt_stats"])
-            self.workers.sync_weights()
+            self.source.load(str(ckpt))  # async: the rounds generated ahead of the checkpointed step
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
         keep_through = self.step if ckpt is not None else -1  # no checkpoint: step 0's validation is redone too
@@ -161,13 +138,10 @@ class Trainer:
                 print(f"dropped {dropped} {name} row(s) logged after step {self.step} by the interrupted run",
                       flush=True)
 
-    def sampling(self, validation: bool = False) -> Dict[str, Any]:
-        r = self.cfg.rollout
-        if validation:
-            return {"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,
-                    "max_new_tokens": r.max_new_tokens, "logprobs": False}
-        return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-                "max_new_tokens": r.max_new_tokens, "logprobs": rollout_logprobs_wanted(self.cfg)}
+    def draw(self) -> Tuple[List[Any], List[int]]:
+        """The next ``data.train_batch_size`` training prompts and their dataset positions (the sampler's draw)."""
+        indices = self.sampler.next_indices()
+        return [self.train_data[i] for i in indices], indices
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
@@ -206,92 +180,110 @@ class Trainer:
         cfg, alg = self.cfg, self.cfg.algorithm
         timer = PhaseTimer()
         with timer("step"):
-            n = cfg.rollout.n
-            rnd = self.sample_round(timer)
-            sampling_metrics: Dict[str, float] = {}
-            if alg.dynamic_sampling:  # DAPO: train only on groups whose rewards differ; refill from more prompts
-                rnd, sampling_metrics = refill_informative_groups(
-                    rnd, lambda: self.sample_round(timer), n, self.batch_plan.prompts_per_step, alg.max_resample_rounds,
-                    self.world_size, self.batch_plan.mini_batch_prompts)
-            prompts, gen, results = rnd.prompts, rnd.gen, rnd.results
-            batch = collate_rollout(gen["prompt_ids"], gen["response_ids"], gen["rollout_log_probs"],
-                                    self.tokenizer.pad_token_id, gen["tool_mask"] if "tool_mask" in gen else None)
-            verifiers = [verifier_for(prompts[j // n].row, cfg.reward) for j in range(len(gen))]
-            check_failed_fraction(results, verifiers, cfg.reward.max_failed_fraction, self.step + 1)
+            rnd, metrics = self.take_round(timer)
+            samples, results = rnd.samples, rnd.results
+            batch = collate_samples(samples, self.tokenizer.pad_token_id)
+            check_failed_fraction(results, [s.verifier for s in samples], cfg.reward.max_failed_fraction,
+                                  self.step + 1)
             verdicts = verdict_mask(results)  # failed responses: out of the advantages and the loss, counted
             baseline = None
             if alg.adv_estimator == "remax":  # ReMax: a greedy response's reward per prompt is the baseline
-                baseline, baseline_ok = self.greedy_baseline(prompts, timer)
-                verdicts &= baseline_ok.repeat_interleave(n)  # no baseline verdict: the group is left out
-                sampling_metrics["remax/baseline_reward_mean"] = float(baseline.mean())
+                baseline, baseline_ok = self.greedy_baseline(rnd.prompts, timer)
+                verdicts &= baseline_ok[rnd.group_index()]  # no baseline verdict: the group is left out
+                metrics["remax/baseline_reward_mean"] = float(baseline.mean())
             if not bool(verdicts.all()):
                 batch["loss_mask"] = without_failed(loss_mask(batch), verdicts)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
-            metrics = {**round_metrics(gen, results, scores, batch["response_mask"], verifiers, verdicts),
-                       **failure_metrics(results, verifiers), **self.round_curriculum, **sampling_metrics}
+            metrics.update({**round_metrics(samples, scores, batch["response_mask"], verdicts),
+                            **failure_metrics(results, [s.verifier for s in samples]), **self.round_curriculum})
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
-            passes = passes_needed(cfg)
-            if passes.old_log_probs:  # else the update uses its own log-probs (config/passes.py)
-                with timer("old_log_probs"):
-                    batch = batch.union(self.workers.compute_log_probs(batch))
-            ref = None
-            if passes.ref_log_probs:
-                with timer("ref_log_probs"):
-                    batch = batch.union(self.workers.compute_ref_log_probs(batch))
-                ref = batch["ref_log_probs"]
-            if self.critic is not None:
-                with timer("values"):
-                    batch = batch.union(self.critic.compute_values(batch))
-            mask = loss_mask(batch)  # response tokens the policy produced (tool turns left out)
-            if passes.old_log_probs:
-                metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
-                if rollout_logprobs_wanted(cfg):
-                    metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+            batch = self.teacher_forced_passes(batch, metrics, timer)
             with timer("advantages"):
-                token_rewards = None
-                if alg.kl_in_reward:
-                    token_rewards = kl_shaped_token_rewards(
-                        scores, kl_penalty(batch["old_log_probs"], ref, alg.kl_reward_estimator), mask,
-                        self.kl_ctrl.kl_coef)
-                group_index = torch.arange(len(prompts)).repeat_interleave(n)
-                adv, returns = advantages_over_verdicts(
-                    lambda **kw: compute_advantages(alg.adv_estimator, **kw), verdicts, scores=scores, mask=mask,
-                    group_index=group_index, token_rewards=token_rewards, gamma=alg.gamma, lam=alg.lam,
-                    norm_by_std=alg.norm_by_std, values=batch["values"] if self.critic is not None else None,
-                    baseline_scores=None if baseline is None else baseline.repeat_interleave(n), pass_k=alg.pass_k)
-                batch["advantages"], batch["returns"] = adv, returns
-            with timer("sleep"):
-                self.workers.sleep_engine()
-            if self.critic is not None:
-                with timer("update_critic"):
-                    metrics.update(self.critic.update_critic(batch))
-            if self.step >= cfg.critic.warmup_steps or self.critic is None:  # critic warm-up: the actor waits
-                with timer("update_actor"):
-                    update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
-                self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
-                if not rollout_logprobs_wanted(cfg):  # without the engine's log-probs the mismatch means nothing
-                    update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
-                metrics.update(update)
-                with timer("weight_sync"):
-                    sync = self.workers.sync_weights()
-                metrics["weight_sync/bytes"] = sync[0]["bytes"]
-            else:
-                with timer("wake"):  # no new weights: the engine comes back as it was
-                    self.workers.wake_engine()
+                batch["advantages"], batch["returns"] = self.advantages(batch, scores, verdicts, rnd, baseline)
+            metrics.update(self.update_and_publish(batch, timer))
             if cfg.rollout.check_weight_sync:
-                metrics.update(self.workers.check_weight_sync(gen["prompt_ids"][0], gen["response_ids"][0]))
+                metrics.update(self.workers.check_weight_sync(samples[0].prompt_ids, samples[0].response_ids))
         metrics.update(self.step_kl_coef(metrics, len(batch)))
-        metrics.update(self.step_tail_metrics(timer, mask, batch))
+        metrics.update(self.step_tail_metrics(timer, loss_mask(batch), batch))
         if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:
-            self.log_samples(gen, results, verifiers)
+            self.log_samples(samples)
+        return metrics
+
+    def take_round(self, timer: PhaseTimer) -> Tuple[Round, Dict[str, float]]:
+        """This step's verified round from the source; with DAPO's dynamic sampling, refilled with informative
+        groups from further rounds. Each round's verdicts go into the per-prompt statistics."""
+        alg, plan = self.cfg.algorithm, self.plan
+        rnd = self.record_round(self.source.next_round(self.step, timer))
+        metrics = dict(self.source.round_metrics())
+        if alg.dynamic_sampling:  # DAPO: train only on groups whose rewards differ; refill from more prompts
+            rnd, refill = refill_informative_groups(
+                rnd, lambda: self.record_round(self.source.next_round(self.step, timer)), plan.batch.samples_per_prompt,
+                plan.batch.prompts_per_step, alg.max_resample_rounds, plan.world_size, plan.batch.mini_batch_prompts)
+            metrics.update(refill)
+        return rnd, metrics
+
+    def teacher_forced_passes(self, batch: Batch, metrics: Dict[str, float], timer: PhaseTimer) -> Batch:
+        """The passes the plan runs (old log-probs, reference log-probs, values) and their metrics."""
+        passes = self.plan.passes
+        if passes.old_log_probs:  # else the update uses its own log-probs (config/passes.py)
+            with timer("old_log_probs"):
+                batch = batch.union(self.workers.compute_log_probs(batch))
+        if passes.ref_log_probs:
+            with timer("ref_log_probs"):
+                batch = batch.union(self.workers.compute_ref_log_probs(batch))
+        if passes.values:
+            with timer("values"):
+                batch = batch.union(self.critic.compute_values(batch))
+        if passes.old_log_probs:
+            mask = loss_mask(batch)  # response tokens the policy produced (tool turns left out)
+            ref = batch["ref_log_probs"] if passes.ref_log_probs else None
+            metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
+            if self.plan.rollout_logprobs:
+                metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+        return batch
+
+    def advantages(self, batch: Batch, scores: torch.Tensor, verdicts: torch.Tensor, rnd: Round,
+                   baseline: Optional[torch.Tensor]):
+        """(advantages, returns) of the estimator over the verdicts; KL-shaped token rewards with kl_in_reward."""
+        alg, mask = self.cfg.algorithm, loss_mask(batch)
+        group_index = rnd.group_index()
+        token_rewards = None
+        if alg.kl_in_reward:
+            token_rewards = kl_shaped_token_rewards(
+                scores, kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], alg.kl_reward_estimator), mask,
+                self.kl_ctrl.kl_coef)
+        return advantages_over_verdicts(
+            lambda **kw: compute_advantages(alg.adv_estimator, **kw), verdicts, scores=scores, mask=mask,
+            group_index=group_index, token_rewards=token_rewards, gamma=alg.gamma, lam=alg.lam,
+            norm_by_std=alg.norm_by_std, values=batch["values"] if self.plan.passes.values else None,
+            baseline_scores=None if baseline is None else baseline[group_index], pass_k=alg.pass_k)
+
+    def update_and_publish(self, batch: Batch, timer: PhaseTimer) -> Dict[str, float]:
+        """The critic's and the actor's updates (the actor waits out the critic's warm-up), then the new weights to
+        the engines through the source (or the engines back as they were when nothing was updated)."""
+        metrics: Dict[str, float] = {}
+        self.source.before_update(timer)
+        if self.critic is not None:
+            with timer("update_critic"):
+                metrics.update(self.critic.update_critic(batch))
+        if self.critic is not None and self.step < self.cfg.critic.warmup_steps:
+            self.source.keep_weights(timer)
+            return metrics
+        with timer("update_actor"):
+            update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
+        self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
+        if not self.plan.rollout_logprobs:  # without the engine's log-probs the mismatch means nothing
+            update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
+        metrics.update(update)
+        metrics.update(self.source.publish(self.step + 1, timer))
         return metrics
 
     def step_tail_metrics(self, timer: PhaseTimer, mask: torch.Tensor, batch: Batch) -> Dict[str, float]:
         """The pool's counters, the phase timings (offload's slowest rank), throughput and the data epoch."""
         metrics = {**self.pool.pop_stats(), **timer.metrics()}
-        if self.offload:  # parts of the phases above: timing_s/{offload,onload}_{actor,ref,critic}
+        if self.plan.offload:  # parts of the phases above: timing_s/{offload,onload}_{actor,ref,critic}
             metrics.update(slowest_rank(self.workers.pop_offload_timing()))
             if self.critic is not None:
                 metrics.update(slowest_rank(self.critic.pop_offload_timing()))
@@ -300,17 +292,16 @@ class Trainer:
         metrics["data/epoch"] = self.sampler.epoch
         return metrics
 
-    def log_samples(self, gen: Batch, results: List[Any], verifiers: List[str]) -> None:
+    def log_samples(self, samples: List[Sample]) -> None:
         """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``)."""
-        self.logger.log_samples([{"prompt": self.tokenizer.decode(gen["prompt_ids"][j], skip_special_tokens=True),
-                                  "response": gen["response_text"][j], "reward": results[j].score,
-                                  "verifier": verifiers[j], "failed": results[j].failed,
-                                  "reason": results[j].info.get("reason", "")}
-                                 for j in range(min(len(gen), 2 * self.cfg.rollout.n))], self.step + 1)
+        self.logger.log_samples([{"prompt": self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
+                                  "response": s.response_text, "reward": s.result.score, "verifier": s.verifier,
+                                  "failed": s.result.failed, "reason": s.result.info.get("reason", "")}
+                                 for s in samples if s.group < 2], self.step + 1)
 
     def worker_groups(self) -> List[WorkerGroup]:
         """Every worker group of the run (each gets a watchdog and its stack dumps)."""
-        return [g for g in (self.workers, self.critic) if g is not None]
+        return [g for g in (self.workers, self.critic) if g is not None] + self.source.groups()
 
     def step_kl_coef(self, metrics: Dict[str, Any], responses: int) -> Dict[str, float]:
         """``actor/kl_coef`` used this step; with ``algorithm.kl_ctrl=adaptive`` the controller then moves it towards
@@ -323,37 +314,15 @@ class Trainer:
     def greedy_baseline(self, prompts: List[Any], timer: PhaseTimer):
         """ReMax's baseline: one greedy response per prompt, verified. Returns ([P] scores, [P] bool: got a verdict)."""
         with timer("baseline_rollout"):
-            results = self.generate_verified(prompts, {**self.sampling(validation=True), "temperature": 0.0})
-        return (torch.tensor([r.score for r in results], dtype=torch.float32),
-                torch.tensor([not r.failed for r in results], dtype=torch.bool))
-
-    def generate_verified(self, prompts: List[Any], sampling: Dict[str, Any]) -> List[Any]:
-        """One response per prompt from the engines (padded so every rank gets the same count), verified."""
-        real = len(prompts)
-        padded = prompts + [prompts[-1]] * ((-real) % self.world_size)
-        gen = self.engines.generate(Batch(meta={"prompt_ids": [p.token_ids for p in padded]}), sampling)
-        items = [verify_item(p.row, text, self.cfg.reward) for p, text in zip(prompts, gen["response_text"])]
-        return self.pool.verify_batch(items)
-
-    def sample_round(self, timer: PhaseTimer) -> Round:
-        """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
-        cfg = self.cfg
-        indices = self.sampler.next_indices()
-        prompts = [self.train_data[i] for i in indices]
-        gen, results = generate_and_verify(self.engines, prompts, self.sampling(), self.pool, cfg.reward,
-                                           cfg.rollout.stream_chunk_prompts, timer)
-        return self.record_round(Round(prompts, gen, results, indices))
+            samples = self.source.generate_verified(prompts, {**self.plan.validation_sampling, "temperature": 0.0})
+        return (torch.tensor([s.result.score for s in samples], dtype=torch.float32),
+                torch.tensor([not s.result.failed for s in samples], dtype=torch.bool))
 
     def record_round(self, rnd: Round) -> Round:
         """The round's verdicts into the per-prompt statistics (``curriculum/*`` metrics as the round was drawn)."""
         self.round_curriculum = curriculum_metrics(self.prompt_stats, self.sampler, rnd.indices)
         self.prompt_stats.update(rnd.indices, group_verdicts(rnd.results, self.cfg.rollout.n), self.step + 1)
         return rnd
-
-    @property
-    def engines(self) -> WorkerGroup:
-        """The worker group that holds the rollout engines: the actor group itself when colocated."""
-        return self.workers
 
     def validate(self) -> Dict[str, float]:
         cfg = self.cfg
@@ -365,7 +334,7 @@ class Trainer:
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
         for start in range(0, len(self.val_data), chunk):
             prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
-            results += self.generate_verified(prompts, self.sampling(validation=True))
+            results += [s.result for s in self.source.generate_verified(prompts, self.plan.validation_sampling)]
         judged = [r for r in results if not r.failed]
         out = {"val/failed": float(len(results) - len(judged))}
         if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
@@ -377,6 +346,7 @@ class Trainer:
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "world_size": self.world_size,
                  "kl_ctrl": self.kl_ctrl.state_dict(), "prompt_stats": self.prompt_stats.state_dict()}
         def write_workers(directory: str) -> None:
+            self.source.save(directory)  # async: the rounds generated ahead (waited for first)
             self.workers.save_checkpoint(directory)
             if self.critic is not None:
                 self.critic.save_checkpoint(directory)  # into <checkpoint>/critic/
@@ -386,6 +356,7 @@ class Trainer:
         return path
 
     def close(self) -> None:
+        self.source.close()
         self.pool.close()
         self.logger.close()
         self.workers.shutdown()

@@ -125,6 +125,21 @@ class RolloutWorker:
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(ONE_TO_ALL)
+    def rng_state(self) -> Dict[str, Any]:
+        """The random state sampling draws from (saved with an async checkpoint, after the rounds ahead)."""
+        state = {"cpu": torch.get_rng_state()}
+        if self.device == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state()
+        return state
+
+    @dispatch(ONE_TO_ALL)
+    def load_rng_state(self, states: List[Dict[str, Any]]) -> None:
+        """Restore this rank's entry of ``states`` (``rng_state`` of every rank, in rank order)."""
+        torch.set_rng_state(states[self.rank]["cpu"])
+        if "cuda" in states[self.rank]:
+            torch.cuda.set_rng_state(states[self.rank]["cuda"])
+
+    @dispatch(ONE_TO_ALL)
     def weights_version(self) -> int:
         return self.version
 

@@ -1,0 +1,49 @@
+"""The rules between features: which combinations a run supports, checked from the config alone.
+
+Each rule names both keys and the reason. ``RunPlan.build`` runs them before Ray or a model starts, and
+``load_config`` runs them as it validates, so a user hears of an unsupported combination at once. The combination
+matrix (``tests/test_combinations.py``) enumerates mode x tools x tensor-parallel x packing x critic x dynamic sampling
+x streaming against these rules.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+Problem = Tuple[str, str]
+"""(the key to change, why)."""
+
+
+def combination_problems(cfg) -> List[Problem]:
+    """Every unsupported combination in ``cfg`` as (key, message); empty when the run is supported."""
+    out: List[Problem] = []
+    r, alg = cfg.rollout, cfg.algorithm
+    if r.tensor_parallel_size > 1 and r.engine == "hf":
+        out.append(("rollout.tensor_parallel_size",
+                    f"{r.tensor_parallel_size} needs rollout.engine=vllm (the hf engine is not sharded)"))
+    if alg.overlong_buffer > r.max_new_tokens:
+        out.append(("algorithm.overlong_buffer", f"{alg.overlong_buffer} must not exceed rollout.max_new_tokens "
+                                                 f"({r.max_new_tokens}): the buffer is the last tokens before the cap"))
+    if cfg.trainer.mode != "async":
+        return out
+    a = cfg.async_rollout
+    if cfg.data.train_batch_size % a.num_rollout_workers:
+        out.append(("async_rollout.num_rollout_workers",
+                    f"must divide data.train_batch_size ({cfg.data.train_batch_size})"))
+    if r.check_weight_sync:
+        out.append(("rollout.check_weight_sync",
+                    "is for the colocated engine; with trainer.mode=async the rollout/logprob_diff_* metrics (TIS) and "
+                    "tests/test_async.py check the transferred weights"))
+    if alg.adv_estimator == "gae":
+        out.append(("trainer.mode", "async is not supported with the PPO critic (algorithm.adv_estimator=gae) yet"))
+    if alg.dynamic_sampling:
+        out.append(("trainer.mode", "async is not supported with DAPO dynamic sampling (algorithm.dynamic_sampling) "
+                                    "yet"))
+    if r.tensor_parallel_size != 1:
+        out.append(("rollout.tensor_parallel_size",
+                    "must be 1 with trainer.mode=async: each rollout worker runs one engine of its own, and "
+                    "tensor-parallel rollout workers (a process group per engine, weights received by every rank) are "
+                    "not wired yet"))
+    if alg.adv_estimator == "remax":
+        out.append(("trainer.mode", "async is not supported with ReMax (algorithm.adv_estimator=remax: its greedy "
+                                    "baseline runs on the engines that are generating the next round) yet"))
+    return out

@@ -1,0 +1,91 @@
+"""Backends: who runs the worker groups of a run.
+
+``RayBackend`` (what ``reasonrl.train`` uses) starts Ray and one Ray actor per rank (``controller.WorkerGroup``);
+``InProcessBackend`` builds the same worker classes in this process (``controller.in_process.InProcessGroup``: same
+dispatch rules, one thread per worker so calls queue as they do on a Ray actor). Benchmarks and the fast tests of the
+loop use the in-process one; the loop cannot tell them apart.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from reasonrl.config import Config, to_dict
+
+
+@dataclass
+class Groups:
+    """The worker groups of a run: the actor group (with the colocated engines), the PPO critic's, the async
+    rollout workers'."""
+
+    actor: Any
+    critic: Optional[Any] = None
+    rollouts: Optional[Any] = None
+
+
+def default_workers():
+    """The worker classes of a run: (actor, critic, rollout)."""
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from reasonrl.workers.critic import CriticWorker
+    from reasonrl.workers.rollout_worker import RolloutWorker
+
+    return ActorRolloutRefWorker, CriticWorker, RolloutWorker
+
+
+class RayBackend:
+    """Worker groups as Ray actors, placed by ``controller.placement`` (``trainer.ray_address``: the cluster)."""
+
+    def __init__(self, actor_worker: Optional[type] = None, critic_worker: Optional[type] = None,
+                 rollout_worker: Optional[type] = None) -> None:
+        actor, critic, rollout = default_workers()
+        self.actor_worker = actor_worker or actor
+        self.critic_worker = critic_worker or critic
+        self.rollout_worker = rollout_worker or rollout
+
+    def start(self, cfg: Config, plan, model_path: str, startup) -> Groups:
+        from reasonrl.controller import WorkerGroup, cpus_per_worker, start_ray
+
+        with startup("ray_start"):
+            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus)
+        cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
+        cuda = plan.device == "cuda"
+        kwargs = {"config": to_dict(cfg), "model_path": model_path, "batch_plan": plan.batch}
+        with startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
+            groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
+                                        gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks))
+            if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
+                groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
+                                            gpu_fraction=plan.gpu_share)
+            if plan.is_async:  # rollout workers on devices of their own
+                rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
+                groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,
+                                              {"config": to_dict(cfg), "model_path": model_path})
+        return groups
+
+
+class InProcessBackend(RayBackend):
+    """The same worker classes, built in this process (world size 1 per group; no Ray). ``num_threads``: torch's CPU
+    threads (0: leave as it is)."""
+
+    def __init__(self, actor_worker: Optional[type] = None, critic_worker: Optional[type] = None,
+                 rollout_worker: Optional[type] = None, num_threads: int = 0) -> None:
+        super().__init__(actor_worker, critic_worker, rollout_worker)
+        self.num_threads = num_threads
+
+    def start(self, cfg: Config, plan, model_path: str, startup) -> Groups:
+        from reasonrl.controller.in_process import InProcessGroup
+
+        if plan.world_size != 1 or plan.engine_ranks != 1 or plan.rollout_workers > 1:
+            raise ValueError(f"the in-process backend runs one worker per group; this plan has {plan.world_size} "
+                             f"actor ranks, engines of {plan.engine_ranks} and {plan.rollout_workers} rollout workers")
+        kwargs = {"config": to_dict(cfg), "model_path": model_path, "batch_plan": plan.batch,
+                  "num_threads": self.num_threads}
+        with startup("workers_up"):
+            groups = Groups(InProcessGroup(self.actor_worker, kwargs))
+            if plan.use_critic:
+                groups.critic = InProcessGroup(self.critic_worker, kwargs)
+            if plan.is_async:
+                groups.rollouts = InProcessGroup(self.rollout_worker, {"config": to_dict(cfg), "model_path": model_path,
+                                                                       "num_threads": self.num_threads})
+        return groups
