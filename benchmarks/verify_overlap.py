@@ -46,6 +46,7 @@ def main() -> int:
     from reasonrl.models import load_tokenizer, resolve_model_path
     from reasonrl.rewards import make_pool, verify_item
     from reasonrl.trainer.metrics import PhaseTimer
+    from reasonrl.trainer.run_plan import RunPlan
     from reasonrl.trainer.streaming import generate_and_verify
     from reasonrl.workers.rollout_worker import RolloutWorker
 
@@ -57,9 +58,7 @@ def main() -> int:
     data = PromptDataset(task_files("mbpp", "train", cfg.data.train_files), tokenizer, cfg.data.max_prompt_length,
                          cfg.data.apply_chat_template, cfg.data.system_prompt)
     prompts = [data[i] for i in range(args.prompts)]
-    r = cfg.rollout
-    sampling = {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-                "max_new_tokens": r.max_new_tokens, "logprobs": False}
+    sampling = {**RunPlan.build(cfg, device="cpu").training_sampling, "logprobs": False}
     start_ray("local", num_cpus=os.cpu_count() or 1)
     group = WorkerGroup(RolloutWorker, 1, False, max(1, (os.cpu_count() or 1) // 2),
                         {"config": to_dict(cfg), "model_path": model_path})
@@ -71,10 +70,10 @@ def main() -> int:
             for mode, chunk in (("off", 0), ("on", args.chunk)):
                 timer = PhaseTimer()
                 load = os.getloadavg()[0]
-                gen, results = generate_and_verify(group, prompts, sampling, pool, cfg.reward, chunk, timer)
+                samples = generate_and_verify(group, prompts, sampling, pool, cfg.reward, chunk, timer)
                 stats = pool.pop_stats()
-                runs[mode].append({**timer.metrics(), "responses": len(gen), "load_avg_1m": load,
-                                   "mean_score": sum(r.score for r in results) / len(results),
+                runs[mode].append({**timer.metrics(), "responses": len(samples), "load_avg_1m": load,
+                                   "mean_score": sum(s.result.score for s in samples) / len(samples),
                                    "verify_latency_p50_s": stats["verify/latency_p50_s"]})
                 print(mode, runs[mode][-1], flush=True)
     finally:

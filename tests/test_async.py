@@ -107,10 +107,10 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     from reasonrl.data.collate import collate_rollout
 
     trainer, out = async_run
-    assert trainer.rollouts.weights_version() == [3]  # synced after the third update
+    assert trainer.source.rollouts.weights_version() == [3]  # synced after the third update
     tok = trainer.tokenizer
     prompt, response = tok("Question: what is 2+2?")["input_ids"], tok(" It is 4, I am sure.")["input_ids"]
-    engine_lp = torch.tensor(trainer.rollouts.sequence_logprobs([prompt], [response])[0])
+    engine_lp = torch.tensor(trainer.source.rollouts.sequence_logprobs([prompt], [response])[0])
     batch = collate_rollout([prompt], [response], [[0.0] * len(response)], tok.pad_token_id)
     actor_lp = trainer.workers.compute_log_probs(batch)["old_log_probs"][0][batch["response_mask"][0].bool()]
     base = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
@@ -128,12 +128,18 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     assert (engine_lp - exported_lp).abs().max() < 1e-4
 
 
-def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, tmp_path):
+VOLATILE = ("timing_s/", "startup_s/", "perf/", "verify/latency", "async/generate_s", "async/verify_tail_s")
+
+
+def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
+    """The checkpoint of step 2 holds the batch of step 3, already generated (with the weights of step 1) and
+    verified: resumed from it, step 3 trains on those very responses and ends where the straight run ended."""
     trainer, out = async_run
-    # at the save of step 2 the batch of step 3 was already drawn (in flight); the checkpoint must not count it
     state2 = json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
     state3 = json.loads((out / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
-    assert state2["step"] == 2 and state2["sampler"] == {"epoch": 0, "offset": 4}
+    # 2 prompts per batch: at the save of step 2 the batch of step 3 was drawn (offset 6) and is in the checkpoint
+    assert state2["step"] == 2 and state2["sampler"] == {"epoch": 0, "offset": 6}
+    assert (out / "checkpoints" / "step_000002" / "pending_rounds.pkl").exists()
     assert state3["step"] == 3 and state3["sampler"] == {"epoch": 0, "offset": 6}
     trainer.close()  # one actor + one rollout worker at a time on this machine
 
@@ -142,13 +148,22 @@ def test_checkpoint_keeps_the_data_position_and_resume_continues_it(async_run, t
                             f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])
     try:
         assert resumed.step == 2
-        assert resumed.rollouts.weights_version() == [2]  # the engines got the resumed weights first
+        assert resumed.source.rollouts.weights_version() == [2]  # the engines got the resumed weights first
         resumed.fit()
     finally:
         resumed.close()
+
+    def step3(run_dir):
+        row = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if r["step"] == 3)
+        return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}
+
     assert [r["step"] for r in read_jsonl(again / "metrics.jsonl")] == [3]
-    first, second = prompts_by_step(out), prompts_by_step(again)
-    assert second[3] == first[3] and first[3] != first[2]  # step 3 trains on the same prompts as without the stop
+    assert step3(again) == step3(out)  # same batch, staleness and version, same update
+    assert step3(again)["async/weights_version"] == 1.0
+    samples = [[r for r in read_jsonl(d / "samples.jsonl") if r["step"] == 3] for d in (out, again)]
+    assert samples[0] == samples[1] and samples[0]
+    first = prompts_by_step(out)
+    assert first[3] != first[2]
 
 
 def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path, monkeypatch):
