@@ -21,6 +21,16 @@ class DeviceSetting:
     """Where the value comes from (your setting, or the device's default and what the other device would get)."""
 
 
+def resolve_device(trainer_device: str) -> str:
+    """The device a process computes on: ``trainer.device`` when it names one, else cuda when torch sees a GPU
+    (``auto``). The one rule every process applies: the controller (RunPlan), eval and the workers."""
+    if trainer_device != "auto":
+        return trainer_device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def enforce_eager_for(value: Optional[bool], device: str) -> bool:
     """``rollout.enforce_eager`` as used: the user's value, else eager on CPU (vLLM's CPU backend gains little from
     graphs and starts faster without) and CUDA graphs on GPU (2.8x faster decoding, measured on an H200)."""

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from reasonrl.config.schema import Config
+from reasonrl.config.device_defaults import resolve_device
 
 from .metrics import BREAKDOWN_KEYS, ProblemOutcome, majority_vote, pass_at_k, summarize
 from reasonrl.fault_points import fault_point
@@ -149,14 +150,6 @@ def table_row(record: Dict[str, Any], ks: Sequence[int]) -> Dict[str, Any]:
     return row
 
 
-def _device(cfg: Config) -> str:
-    if cfg.trainer.device != "auto":
-        return cfg.trainer.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Dict[str, Any]], store: SampleStore,
                        model_path: str, tokenizer, timing: Dict[str, float], echo: Callable[[str], None]) -> None:
     """Sample and verify the ``todo`` problems batch by batch, appending each verified batch to ``store``."""
@@ -172,7 +165,7 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     engine = pool = bar = tools = None
     with stop_at_boundary("finishing the batch in flight and saving its samples, then stopping") as stop:
         try:
-            device = _device(cfg)
+            device = resolve_device(cfg.trainer.device)
             engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
                                          device, cfg.data.max_prompt_length + e.max_new_tokens)
             generator = engine

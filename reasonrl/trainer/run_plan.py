@@ -111,9 +111,9 @@ class RunPlan:
 
 
 def resolve_device(cfg: Config) -> str:
-    if cfg.trainer.device != "auto":
-        return cfg.trainer.device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from reasonrl.config.device_defaults import resolve_device as device_for
+
+    return device_for(cfg.trainer.device)
 
 
 def world_size_for(cfg: Config, device: str) -> int:
