@@ -52,15 +52,17 @@ def level_of(row: Dict[str, Any]) -> str:
     return str((row.get("extra_info") or {}).get("level") or row.get("data_source"))
 
 
-def round_level_metrics(rows: Sequence[Dict[str, Any]], results: Sequence[Any], n: int) -> Dict[str, float]:
-    """``levels/*`` of one round: ``rows`` one per group, ``results`` ``n`` per group in group order."""
+def round_level_metrics(rows: Sequence[Dict[str, Any]], results: Sequence[Any], n: int,
+                        levels: Sequence[str] = LEVELS) -> Dict[str, float]:
+    """``levels/*`` of one round: ``rows`` one per group, ``results`` ``n`` per group in group order (a level of
+    ``levels`` that the round has no row of gets share 0 and no accuracy)."""
     from reasonrl.trainer.dynamic_sampling import informative_group_ids
 
     if len(results) != n * len(rows) or not rows:
         raise ValueError(f"{len(results)} results for {len(rows)} groups of {n}")
     out = {"levels/responses": float(len(results)),
            "levels/informative_groups": len(informative_group_ids(list(results), n)) / len(rows)}
-    for level in sorted({level_of(r) for r in rows}):
+    for level in sorted({level_of(r) for r in rows} | set(levels)):
         groups = [g for g, r in enumerate(rows) if level_of(r) == level]
         judged = [results[g * n + j] for g in groups for j in range(n) if not getattr(results[g * n + j], "failed",
                                                                                          False)]

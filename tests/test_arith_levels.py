@@ -77,3 +77,42 @@ def test_task_registration_and_bad_split(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="level tiny has 9 problems"):
         al.level_problems(too_small, "test", 5)
     assert task_files("arith_levels", "val")[0].endswith("test.parquet")
+
+
+def test_curriculum_benchmark_level_metrics(splits):
+    """benchmarks/curriculum.py's per-round and per-validation metrics, on real rows and real math verdicts."""
+    import sys
+    from pathlib import Path
+
+    from reasonrl.verifiers import VerifyResult, get_verifier
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import curriculum  # noqa: E402
+
+    easy, medium, hard = splits["test"][:3]  # round-robin: one row of each level
+    math = get_verifier("math")
+
+    def verdict(row, right):
+        truth = row["reward_model"]["ground_truth"]
+        return math.verify(f"\\boxed{{{truth if right else int(truth) + 1}}}", truth)
+
+    # groups of n = 2: easy passes twice (uninformative), medium once (informative), hard once with its other
+    # response failed (no verdict: one judged response, uninformative). Informative groups 1/3; shares 1/3 each;
+    # training accuracy over the verdicts: easy 2/2, medium 1/2, hard 1/1.
+    rows = [easy, medium, hard]
+    results = [verdict(easy, True), verdict(easy, True), verdict(medium, True), verdict(medium, False),
+               verdict(hard, True), VerifyResult.failure("timeout")]
+    assert [r.correct for r in results[:5]] == [True, True, True, False, True]
+    m = curriculum.round_level_metrics(rows, results, 2)
+    assert m["levels/responses"] == 6.0 and m["levels/informative_groups"] == pytest.approx(1 / 3)
+    assert [m[f"levels/share/{lv}"] for lv in ("easy", "medium", "hard")] == [pytest.approx(1 / 3)] * 3
+    assert [m[f"levels/train_accuracy/{lv}"] for lv in ("easy", "medium", "hard")] == [1.0, 0.5, 1.0]
+    # a round of easy rows only: the other levels are there with share 0 and no accuracy
+    only_easy = curriculum.round_level_metrics([easy], results[:2], 2)
+    assert only_easy["levels/share/hard"] == 0.0 and "levels/train_accuracy/hard" not in only_easy
+    with pytest.raises(ValueError, match="5 results for 3 groups of 2"):
+        curriculum.round_level_metrics(rows, results[:5], 2)
+    # validation: one response per row; easy right, medium wrong, hard failed (left out: no accuracy)
+    v = curriculum.val_level_metrics(rows, [verdict(easy, True), verdict(medium, False),
+                                            VerifyResult.failure("timeout")])
+    assert v == {"val/easy/accuracy": 1.0, "val/medium/accuracy": 0.0}
