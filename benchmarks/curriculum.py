@@ -192,7 +192,7 @@ def plot(runs: Dict[str, List[Dict[str, Any]]], path: Path) -> None:
                 curve = r["curves"].get(key, [])
                 if curve:
                     ax.plot([x for _, x, _ in curve], [v for _, _, v in curve], style, color=colors.get(name),
-                            marker="o" if key.startswith("val/") else None, ms=3, label=f"{name} seed {r['seed']}")
+                            marker="o", ms=3 if key.startswith("val/") else 1.5, label=f"{name} seed {r['seed']}")
         ax.set(title=title, xlabel="rollouts (responses generated)", ylim=(-0.02, 1.02))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
