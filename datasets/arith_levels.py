@@ -50,7 +50,7 @@ LEVELS: Tuple[Level, ...] = (
     Level("medium", 2, 10, 99, ("+", "-", "*")),    # two 2-digit numbers, a third of them multiplied
     Level("hard", 3, 10, 99, ("+", "-", "*")),      # three 2-digit numbers, mixed operators and precedence
 )
-"""The levels, easiest first (what SmolLM2-135M-Instruct solves at the start: docs/curriculum.md)."""
+"""The levels, easiest first (what SmolLM2-135M-Instruct is expected to solve of each: docs/curriculum.md)."""
 
 TRAIN_PER_LEVEL = 1000
 TEST_PER_LEVEL = 100
