@@ -8,8 +8,20 @@
 #   benchmarks/gpu_run.sh anchors [ARGS]  setup, then benchmarks/gpu_anchors.py ARGS  -> $OUT/gpu_anchors.json
 #   benchmarks/gpu_run.sh base            Ray and the wheels only (no vLLM): enough for the hf engine and the trainer
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
-#   benchmarks/gpu_run.sh learn SECONDS   base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
-#                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*
+#   benchmarks/gpu_run.sh learn SECONDS [OPTS] [KEY=VALUE...]
+#                                         base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
+#                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*;
+#                                         KEY=VALUE overrides go to every run (last, so they win)
+#   benchmarks/gpu_run.sh curriculum SECONDS [OPTS] [KEY=VALUE...]
+#                                         the same, then benchmarks/curriculum.py: task arith_levels, data.sampler
+#                                         uniform vs pass_rate, 2 seeds each, in parallel -> $OUT/curriculum.{json,png}
+#   benchmarks/gpu_run.sh evidence SECONDS [OPTS] [KEY=VALUE...]
+#                                         learn and curriculum at once (10 processes on the one GPU, 1 thread each)
+#       OPTS (learn, curriculum, evidence): --algos grpo,ppo (learn's algorithms), --label NAME (outputs
+#       learning_curve_<algo>_NAME.json, curriculum_NAME.json: e.g. a LoRA run beside a full one), --seeds 1,2,
+#       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N
+#   NO_SETUP=1 (any mode): use the Python environment as it is (a machine with the stack installed, or the CPU
+#       dry run of benchmarks/README.md); the carried parts are not unpacked
 #   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
@@ -83,7 +95,75 @@ setup() {
   python3 -c "import vllm, ray, omegaconf, torch; print('vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | step [ARGS] | anchors [ARGS] | mfu [ARGS] | doctor [ARGS] | train [ARGS]}
+learn_opts() {  # learn_opts [--algos A,B] [--label L] [--seeds 1,2] [--steps N] [--val-size N] [--val-every N] KEY=VALUE...
+  algos=(grpo ppo rloo) label="" seeds=(1 2) steps="" val_size="" val_every="" overrides=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --algos) IFS=, read -ra algos <<< "$2"; shift 2 ;;
+      --label) label=$2; shift 2 ;;
+      --seeds) IFS=, read -ra seeds <<< "$2"; shift 2 ;;
+      --steps) steps=$2; shift 2 ;;
+      --val-size) val_size=$2; shift 2 ;;
+      --val-every) val_every=$2; shift 2 ;;
+      --*) echo "unknown option $1 (--algos, --label, --seeds, --steps, --val-size, --val-every)" >&2; exit 2 ;;
+      *=*) overrides+=("$1"); shift ;;
+      *) echo "not an option nor a KEY=VALUE override: $1" >&2; exit 2 ;;
+    esac
+  done
+  suffix=${label:+_$label}
+  runs=${RUNS_ROOT:-/tmp/lc}/${label:-base}  # RUNS_ROOT: elsewhere on a shared machine
+}
+
+prepare_learning() {  # base and SmolLM2 once, before the runs start (two modes at once must not both install)
+  if [ "${NO_SETUP:-0}" != 1 ]; then
+    setup_base
+    setup_smollm2
+  else
+    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+  fi
+  mkdir -p "$runs"
+}
+
+# One configuration for every run (the README's table says why): 32 prompts x 8 samples, T=0.7, four PPO
+# mini-batches per step, lr 1e-5, no KL; greedy validation every 10 steps (curriculum: every 5).
+TRAIN=(rollout.engine=hf data.train_batch_size=32 rollout.n=8 rollout.temperature=0.7 actor.lr=1e-5
+       actor.ppo_mini_batch_size=8 actor.micro_batch_size_per_worker=64 data.val_batch_size=300 reward.workers=2)
+declare -A EXTRA=([grpo]="algorithm.use_kl_loss=false" [ppo]="algorithm.kl_in_reward=false critic.lr=5e-5"
+                  [rloo]="algorithm.kl_in_reward=false")
+
+run_learn() {  # run_learn SECONDS: learning_curve.py per algorithm, all at once -> $OUT/learning_curve_<algo>$suffix.*
+  local limit=$1 pids=() rc=0 algo
+  for algo in "${algos[@]}"; do  # each its own runs dir: no two processes write the same data files
+    mkdir -p "$runs/$algo"
+    # shellcheck disable=SC2086
+    python3 benchmarks/learning_curve.py --algorithm "$algo" --out "$OUT/learning_curve_$algo$suffix.json" \
+      --runs-dir "$runs/$algo" --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-10}" \
+      --val-size "${val_size:-300}" --driver local --parallel --time-limit-s "$limit" \
+      --note "H200, runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
+      -- "${TRAIN[@]}" ${EXTRA[$algo]} "${overrides[@]}" > "$runs/$algo.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  tail -n 2 "$runs"/*.log
+  tar -C "$runs" -czf "$OUT/learning_curve_runs$suffix.tar.gz" --exclude='*.parquet' --exclude='hf' --exclude='step_*' \
+    --exclude='curriculum' --exclude='curriculum.log' .
+  return $rc
+}
+
+run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/curriculum$suffix.{json,png}
+  local limit=$1 rc=0
+  mkdir -p "$runs/curriculum"
+  python3 benchmarks/curriculum.py --out "$OUT/curriculum$suffix.json" --runs-dir "$runs/curriculum" \
+    --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-5}" --val-size "${val_size:-100}" \
+    --parallel --time-limit-s "$limit" --note "H200, runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
+    -- "${TRAIN[@]}" "${EXTRA[grpo]}" "${overrides[@]}" > "$runs/curriculum.log" 2>&1 || rc=$?
+  tail -n 6 "$runs/curriculum.log"
+  tar -C "$runs/curriculum" -czf "$OUT/curriculum_runs$suffix.tar.gz" --exclude='*.parquet' --exclude='hf' \
+    --exclude='step_*' .
+  return $rc
+}
+
+cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | step | anchors | trl | mfu | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -96,31 +176,38 @@ case $cmd in
   lcpart)
     mkdir -p /tmp/lcp && cp ".lc/p$1/"* /tmp/lcp/ && ls -la /tmp/lcp ;;
   learn)
-    setup_base
-    setup_smollm2
     limit=${1:?learn SECONDS}
     shift
-    export LEARNING_CURVE_THREADS=2
-    # One configuration for the three algorithms (the README's table says why): 32 prompts x 8 samples, T=0.7,
-    # four PPO mini-batches per step, lr 1e-5, no KL; greedy validation on all 300 held-out problems every 10 steps.
-    common=(--seeds 1 2 --steps 200 --val-every 10 --val-size 300 --driver local --parallel --time-limit-s "$limit"
-            --note "H200, 6 runs sharing the GPU, stopped at the time limit")
-    train=(rollout.engine=hf data.train_batch_size=32 rollout.n=8 rollout.temperature=0.7 actor.lr=1e-5
-           actor.ppo_mini_batch_size=8 actor.micro_batch_size_per_worker=64 data.val_batch_size=300 reward.workers=2)
-    declare -A extra=([grpo]="algorithm.use_kl_loss=false" [ppo]="algorithm.kl_in_reward=false critic.lr=5e-5"
-                      [rloo]="algorithm.kl_in_reward=false")
-    pids=()
-    for algo in grpo ppo rloo; do  # each its own runs dir: no two processes write the same data files
-      mkdir -p "/tmp/lc/$algo"
-      # shellcheck disable=SC2086
-      python3 benchmarks/learning_curve.py --algorithm "$algo" --out "$OUT/learning_curve_$algo.json" \
-        --runs-dir "/tmp/lc/$algo" "${common[@]}" -- "${train[@]}" ${extra[$algo]} "$@" > "/tmp/lc/$algo.log" 2>&1 &
-      pids+=($!)
-    done
+    learn_opts "$@"
+    prepare_learning
+    export LEARNING_CURVE_THREADS=${LEARNING_CURVE_THREADS:-2}
+    run_learn "$limit"
+    exit $? ;;
+  curriculum)
+    limit=${1:?curriculum SECONDS}
+    shift
+    learn_opts "$@"
+    prepare_learning
+    export LEARNING_CURVE_THREADS=${LEARNING_CURVE_THREADS:-2}
+    run_curriculum "$limit"
+    exit $? ;;
+  evidence)
+    limit=${1:?evidence SECONDS}
+    shift
+    learn_opts "$@"
+    prepare_learning
+    export LEARNING_CURVE_THREADS=${LEARNING_CURVE_THREADS:-1}  # 10 processes on 16 cores
+    if command -v nvidia-smi > /dev/null; then  # the GPU's memory every 10 s, for the plan's check
+      nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 10 \
+        > "$OUT/nvidia_smi.csv" 2>&1 &
+      smi=$!
+    fi
+    run_learn "$limit" & learn_pid=$!
+    run_curriculum "$limit" & curriculum_pid=$!
     rc=0
-    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-    tail -n 2 /tmp/lc/*.log
-    tar -C /tmp/lc -czf "$OUT/learning_curve_runs.tar.gz" --exclude='*.parquet' --exclude='hf' --exclude='step_*' .
+    wait "$learn_pid" || rc=$?
+    wait "$curriculum_pid" || rc=$?
+    [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
     exit $rc ;;
   step)
     setup

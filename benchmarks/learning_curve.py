@@ -43,9 +43,9 @@ def train_in_process(train_args: List[str]) -> int:
 
 
 def train_command(algorithm: str, seed: int, steps: int, val_every: int, run_dir: Path,
-                  overrides: Sequence[str]) -> List[str]:
+                  overrides: Sequence[str], task: str = "arith") -> List[str]:
     """The exact ``reasonrl.train`` command line of one seed (user overrides come last and win)."""
-    return [sys.executable, "-m", "reasonrl.train", "task=arith", f"algorithm={algorithm}", f"trainer.seed={seed}",
+    return [sys.executable, "-m", "reasonrl.train", f"task={task}", f"algorithm={algorithm}", f"trainer.seed={seed}",
             f"rollout.seed={seed}", f"trainer.total_steps={steps}", f"trainer.val_every={val_every}",
             "trainer.val_before_train=true", f"trainer.output_dir={run_dir}", "trainer.resume=never",
             "trainer.save_every=0", "trainer.logger=[console,jsonl]", *overrides]
@@ -124,17 +124,22 @@ def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path) -> None:
     plt.close(fig)
 
 
-def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str]) -> List[str]:
-    """The command line of one seed: ``reasonrl.train``, or (``--driver local``) this script's in-process trainer."""
-    run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
-    cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides)
+def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str], name: Optional[str] = None,
+                 task: str = "arith", script: Optional[Path] = None) -> List[str]:
+    """The command line of one seed: ``reasonrl.train``, or (``--driver local``) ``script``'s in-process trainer
+    (default this script's). ``name`` (default the algorithm) names the run's folder, ``<name>_seed<seed>``."""
+    run_dir = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}"
+    cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides, task)
     if args.driver == "local":  # same arguments, trainer in-process (the in-process backend)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--in-process-train", *cmd[3:], "trainer.num_workers=1"]
+        cmd = [sys.executable, str(script or Path(__file__).resolve()), "--in-process-train", *cmd[3:],
+               "trainer.num_workers=1"]
     return cmd
 
 
-def run_seeds(algorithm: str, args, overrides: Sequence[str]) -> List[Dict[str, Any]]:
+def run_seeds(algorithm: str, args, overrides: Sequence[str], name: Optional[str] = None, task: str = "arith",
+              script: Optional[Path] = None) -> List[Dict[str, Any]]:
     """Train every seed (one after another, or all at once with ``--parallel``) and read back their curves.
+    ``name``, ``task`` and ``script`` go to ``seed_command`` (benchmarks/curriculum.py runs one name per sampler).
 
     With ``--time-limit-s`` a run still going at the limit is stopped and keeps the steps it logged (its last
     validation is the curve's end; ``stopped_at_limit`` says so)."""
@@ -163,15 +168,15 @@ def run_seeds(algorithm: str, args, overrides: Sequence[str]) -> List[Dict[str, 
                                f"\n{tail}")
 
     for seed in args.seeds:
-        cmd = seed_command(algorithm, seed, args, overrides)
-        run_dir = Path(args.runs_dir) / f"{algorithm}_seed{seed}"
+        cmd = seed_command(algorithm, seed, args, overrides, name, task, script)
+        run_dir = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}"
         run = {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "run_dir": str(run_dir),
                "wall_s": None, "stopped_at_limit": False}
         started.append(run)
         print("$", " ".join(cmd), flush=True)
         if args.reuse and (run_dir / "metrics.jsonl").exists():
             continue
-        log_path = Path(args.runs_dir) / f"{algorithm}_seed{seed}.log"
+        log_path = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
         if args.driver == "local":

@@ -55,6 +55,9 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
          "reasoning, then the final answer in \\boxed{}", 1024),
     # Generated two-number arithmetic: small, fast, partly solvable by tiny models.
     Task("arith", "arith", "train", "test", "math", ("arith",), "the answer in \\boxed{}", 64),
+    # arith with difficulty levels (easy / medium / hard, each its data_source) for the curriculum experiments.
+    Task("arith_levels", "arith_levels", "train", "test", "math", ("arith_easy", "arith_medium", "arith_hard"),
+         "the answer in \\boxed{}", 64),
     # Code: the response's ```python block runs against the row's tests in a sandbox.
     Task("mbpp", "mbpp", "train", "test", "code", ("mbpp",), "a ```python code block", 512, 30.0),
     Task("humaneval", "humaneval", "test", "test", "code", ("humaneval", "openai_humaneval"),

@@ -119,3 +119,46 @@ def tool_metrics(gen) -> Dict[str, float]:
         "tool/seconds": float(sum(gen["tool_seconds"])),
         "tool/output_token_fraction": tool_tokens / max(1, all_tokens),
     }
+
+
+def level_of(row: Dict[str, Any]) -> str:
+    """A row's level for the mix metrics: ``extra_info.level`` when the task has levels, else its ``data_source``."""
+    return str((row.get("extra_info") or {}).get("level") or row.get("data_source"))
+
+
+def data_levels(rows: List[Dict[str, Any]]) -> List[str]:
+    """The levels of a dataset's rows, sorted; per-level metrics are logged only when there are two or more."""
+    levels = sorted({level_of(r) for r in rows})
+    return levels if len(levels) > 1 else []
+
+
+def round_level_metrics(rows: List[Dict[str, Any]], results: List[Any], n: int,
+                        levels: List[str]) -> Dict[str, float]:
+    """A round's mix: ``levels/responses`` (rollouts), ``levels/informative_groups`` (share of the round's groups
+    whose verdicts differ: the ones a group-relative advantage learns from, as DAPO's filter counts them), and per
+    level of ``levels`` its share of the groups (0 when the round drew none) and its training accuracy over verdicts.
+    ``rows`` one per group, ``results`` ``n`` per group in group order."""
+    from .dynamic_sampling import informative_group_ids
+
+    if len(results) != n * len(rows) or not rows:
+        raise ValueError(f"{len(results)} results for {len(rows)} groups of {n}")
+    out = {"levels/responses": float(len(results)),
+           "levels/informative_groups": len(informative_group_ids(list(results), n)) / len(rows)}
+    for level in levels:
+        groups = [g for g, r in enumerate(rows) if level_of(r) == level]
+        judged = [results[g * n + j] for g in groups for j in range(n) if not results[g * n + j].failed]
+        out[f"levels/share/{level}"] = len(groups) / len(rows)
+        if judged:
+            out[f"levels/train_accuracy/{level}"] = sum(bool(r.correct) for r in judged) / len(judged)
+    return out
+
+
+def val_level_metrics(rows: List[Dict[str, Any]], results: List[Any]) -> Dict[str, float]:
+    """``val/<level>/accuracy`` over the responses with a verdict (one per held-out row), when the held-out rows have
+    two or more levels."""
+    out: Dict[str, float] = {}
+    for level in data_levels(rows):
+        judged = [res for r, res in zip(rows, results) if level_of(r) == level and not res.failed]
+        if judged:
+            out[f"val/{level}/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)
+    return out

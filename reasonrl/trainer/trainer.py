@@ -35,7 +35,8 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
-from .metrics import PhaseTimer, policy_metrics, round_metrics, startup_metrics
+from .metrics import (PhaseTimer, data_levels, policy_metrics, round_level_metrics, round_metrics, startup_metrics,
+                      val_level_metrics)
 from .run_plan import RunPlan, check_context_length, check_memory_plan, model_config_json, slowest_rank
 from .sources import make_source
 from .watchdog import PhaseWatchdog
@@ -78,6 +79,7 @@ class Trainer:
             self.sampler = make_sampler(cfg.data, [p.row for p in self.train_data.prompts], cfg.trainer.seed,
                                         self.prompt_stats)
             self.round_curriculum: Dict[str, float] = {}
+            self.train_levels = data_levels([p.row for p in self.train_data.prompts])  # per-level metrics when 2+
         self.val_data: Optional[PromptDataset] = None
         self.step = 0
         self.skipped_steps = SkippedStepGuard(cfg.trainer.max_skipped_steps)
@@ -319,8 +321,11 @@ class Trainer:
                 torch.tensor([not s.result.failed for s in samples], dtype=torch.bool))
 
     def record_round(self, rnd: Round) -> Round:
-        """The round's verdicts into the per-prompt statistics (``curriculum/*`` metrics as the round was drawn)."""
-        self.round_curriculum = curriculum_metrics(self.prompt_stats, self.sampler, rnd.indices)
+        """The round's verdicts into the per-prompt statistics (``curriculum/*`` metrics as the round was drawn, and
+        the round's mix: ``levels/*``)."""
+        self.round_curriculum = {**curriculum_metrics(self.prompt_stats, self.sampler, rnd.indices),
+                                 **round_level_metrics([p.row for p in rnd.prompts], rnd.results, self.cfg.rollout.n,
+                                                       self.train_levels)}
         self.prompt_stats.update(rnd.indices, group_verdicts(rnd.results, self.cfg.rollout.n), self.step + 1)
         return rnd
 
@@ -330,13 +335,15 @@ class Trainer:
             self.val_data = PromptDataset(task_files(cfg.task, "val", cfg.data.val_files), self.tokenizer,
                                           cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                           cfg.data.system_prompt, limit=cfg.data.val_limit)
-        results = []
+        results, rows = [], []
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
         for start in range(0, len(self.val_data), chunk):
             prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
-            results += [s.result for s in self.source.generate_verified(prompts, self.plan.validation_sampling)]
+            samples = self.source.generate_verified(prompts, self.plan.validation_sampling)
+            results += [s.result for s in samples]
+            rows += [s.prompt.row for s in samples]
         judged = [r for r in results if not r.failed]
-        out = {"val/failed": float(len(results) - len(judged))}
+        out = {"val/failed": float(len(results) - len(judged)), **val_level_metrics(rows, results)}
         if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
             out["val/reward_mean"] = sum(r.score for r in judged) / len(judged)
             out["val/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)

@@ -1,0 +1,24 @@
+"""The real training command with task=search on CPU: one GRPO step with the real SmolLM2 (hf engine), Ray and
+FSDP2, at tiny settings. The rollout runs through the environment loop (the rows name the search environment and
+are found by their prompt tokens); the step must finish and log its metrics."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_search_task_trains_one_step(tmp_path, model_path):
+    out = tmp_path / "run"
+    args = ["task=search", "trainer.total_steps=1", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=32", "rollout.engine=hf", "reward.workers=1", "trainer.save_every=0",
+            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]"]
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert row["step"] == 1 and 1 <= row["tool/turns_mean"] <= 4
+    assert row["reward/mean"] == row["reward/mean"] and 0 < row["response_length/mean"] <= 32
