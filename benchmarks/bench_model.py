@@ -41,8 +41,8 @@ SHAPE_ALIASES = {"1.5b": "qwen2.5-1.5b", "7b": "qwen2.5-7b"}
 
 def build_tokenizer(vocab_size: int):
     """A fast word-level tokenizer over the words ``t0 .. t{V-1}`` (every id the model can sample decodes); eos =
-    pad = the last id. Handed to TRL as an object (``gpu_trl_anchor.py``); the model directory holds
-    ``build_model_dir_tokenizer`` instead."""
+    pad = the last id. Saved with the model (``write_random_model``) and handed to TRL as an object
+    (``gpu_trl_anchor.py``); the trainer's directory holds ``build_model_dir_tokenizer`` instead."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -57,7 +57,7 @@ EOS_TEXT = "<|endoftext|>"
 
 
 def build_model_dir_tokenizer(vocab_size: int):
-    """The tokenizer saved with the model: transformers 5's ``AutoTokenizer`` loads any ``model_type: qwen2``
+    """The tokenizer of ``trainer_model_dir``: transformers 5's ``AutoTokenizer`` loads any ``model_type: qwen2``
     directory as ``Qwen2Tokenizer`` (byte-level BPE, its own pre-tokenizer), which reads ``build_tokenizer``'s
     word-level file as no tokens at all. So this one is a byte-level BPE with no merges: ids 0..255 are the 256
     byte-level characters (every character of an ASCII text is one token: ``"abc"`` -> 3 ids), the ids up to
@@ -78,34 +78,46 @@ def build_model_dir_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TEXT, pad_token=EOS_TEXT, unk_token=EOS_TEXT)
 
 
-def _has_model_dir_tokenizer(directory: Path) -> bool:
-    try:
-        return json.loads((directory / "tokenizer.json").read_text())["model"]["type"] == "BPE"
-    except (OSError, ValueError, KeyError):
-        return False
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "chat_template.jinja")
+
+
+def trainer_model_dir(shape: str, base: Path, seed: int = 0) -> Path:
+    """The model of ``write_random_model(shape, base / shape)`` as a directory the trainer loads with
+    ``AutoTokenizer``: ``base / (shape + "-trainer")`` holds links to the model's weight and config files and its own
+    ``build_model_dir_tokenizer`` (the word-level directory stays as it is for ``gpu_trl_anchor.py``, which hands
+    TRL the word-level tokenizer object). Kept if already there."""
+    source = write_random_model(shape, Path(base) / shape, seed)
+    target = Path(base) / f"{shape}-trainer"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        link = target / path.name
+        if path.name not in TOKENIZER_FILES and not link.exists():
+            link.symlink_to(path.resolve())
+    if not (target / "tokenizer.json").exists():
+        build_model_dir_tokenizer(int(SHAPES[shape]["vocab_size"])).save_pretrained(target)
+    return target
 
 
 def write_random_model(shape: str, directory: Path, seed: int = 0) -> Path:
-    """Save a random-init bf16 Qwen2 model of ``shape`` with ``build_model_dir_tokenizer`` (no Hub) as a HF
-    directory; kept if already there (a directory from before, with the word-level tokenizer, gets the new one)."""
+    """Save a random-init bf16 Qwen2 model of ``shape`` with ``build_tokenizer``'s word-level tokenizer (no Hub) as a
+    HF directory; kept if already there. The trainer reads ``trainer_model_dir`` instead."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     if shape not in SHAPES:
         raise ValueError(f"unknown model shape {shape!r}; known: {', '.join(sorted(SHAPES))}")
     directory = Path(directory)
-    vocab = int(SHAPES[shape]["vocab_size"])
     if (directory / "config.json").exists() and (directory / "tokenizer.json").exists():
-        if not _has_model_dir_tokenizer(directory):
-            build_model_dir_tokenizer(vocab).save_pretrained(directory)
         return directory
     directory.mkdir(parents=True, exist_ok=True)
+    vocab = int(SHAPES[shape]["vocab_size"])
     config = Qwen2Config(**SHAPES[shape], hidden_act="silu", initializer_range=0.02, use_sliding_window=False,
                          bos_token_id=None, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
     torch.manual_seed(seed)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init of 1.5B is slow on a CPU
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(directory, safe_serialization=True)
-    build_model_dir_tokenizer(vocab).save_pretrained(directory)
+    build_tokenizer(vocab).save_pretrained(directory)
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the workers need the GPU this process used for the init

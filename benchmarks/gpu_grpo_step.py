@@ -50,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from bench_model import (BENCH_DIR, GIB, H200_BF16_DENSE_FLOPS, RESULTS, SHAPE_ALIASES, SHAPES,  # noqa: E402,F401
-                         build_tokenizer, exit_with_status, parameter_count, recorded, write, write_random_model)
+                         build_tokenizer, exit_with_status, parameter_count, recorded, trainer_model_dir, write,
+                         write_random_model)
 from step_summary import mean_of, summarize_step  # noqa: E402
 from step_workload import use_bench_reward, write_prompt_dataset  # noqa: E402
 
@@ -206,7 +207,7 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     from reasonrl.trainer.trainer import Trainer
 
     t0 = time.perf_counter()
-    model_dir = write_random_model(args.shape, args.model_dir / args.shape)
+    model_dir = trainer_model_dir(args.shape, args.model_dir)
     data_file = write_prompt_dataset(tmp / "prompts.jsonl", args.prompts, args.prompt_len, seed=0)
     result["setup_s"] = {"write_model": time.perf_counter() - t0}
     cfg, _ = load_config(config_overrides(args, model_dir, data_file, tmp / "run", on_gpu), cuda_available=on_gpu)
