@@ -87,6 +87,9 @@ def benchmark_plan(cfg, args):
     from reasonrl.trainer.run_plan import RunPlan
 
     plan = RunPlan.build(cfg)
+    if plan.is_async or plan.stream_chunk_prompts > 0:
+        raise ValueError("the step benchmark measures colocated, unstreamed rollouts: leave trainer.mode=colocated and "
+                         "rollout.stream_chunk_prompts=0 (the response lengths are read from the generate call)")
     plan = dataclasses.replace(plan, training_sampling={**plan.training_sampling, "ignore_eos": True})
     if args.old_log_prob_pass == "always":
         plan = dataclasses.replace(plan, passes=dataclasses.replace(plan.passes, old_log_probs=True))

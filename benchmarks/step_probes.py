@@ -175,8 +175,9 @@ class BenchWorker(ActorRolloutRefWorker):
 
 class MemoryProbedGroup:
     """The actor group, with each phase's memory read around its call (see the module docstring). ``memory`` holds
-    the current step's ``{phase: [per-rank dict]}`` (``take()`` returns and clears it); ``response_lengths`` and
-    ``last_sample`` (the first response's prompt and response ids) are those of the latest ``generate``."""
+    the current step's ``{phase: [per-rank dict]}``, ``response_lengths`` the lengths of every response the step's
+    ``generate`` calls returned (a dynamic-sampling refill adds its own); ``take()`` returns the memory and clears
+    both. ``last_sample`` is the first response (prompt ids, response ids) of the latest ``generate``."""
 
     def __init__(self, group: Any, enabled: bool) -> None:
         self._group, self._enabled = group, enabled
@@ -186,7 +187,7 @@ class MemoryProbedGroup:
 
     def take(self) -> Dict[str, List[Dict[str, float]]]:
         """This step's memory per phase, per rank; cleared for the next step."""
-        out, self.memory = self.memory, {}
+        out, self.memory, self.response_lengths = self.memory, {}, []
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -203,7 +204,7 @@ class MemoryProbedGroup:
             if self._enabled:
                 self.memory[PHASE_OF_CALL[name]] = self._group.bench_memory()
             if name == "generate" and len(out):
-                self.response_lengths = [len(r) for r in out["response_ids"]]
+                self.response_lengths += [len(r) for r in out["response_ids"]]
                 self.last_sample = (list(out["prompt_ids"][0]), list(out["response_ids"][0]))
             return out
 

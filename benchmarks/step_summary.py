@@ -25,7 +25,8 @@ def summarize_step(metrics: Dict[str, Any], probed, n_params: int, gpus: int, pr
     step = timing["step"]
     lengths: List[int] = list(probed.response_lengths)
     if not lengths:
-        raise RuntimeError("the step generated no responses (the probed group saw no generate call)")
+        raise RuntimeError("the step generated no responses through the actor group's generate (streamed rollouts, "
+                           "rollout.stream_chunk_prompts > 0, and async mode are not measured by this benchmark)")
     response_tokens = float(sum(lengths))
     all_tokens = float(metrics["perf/tokens_per_s"]) * step
     update_tps = all_tokens / s["update_actor"] if s.get("update_actor") else None
