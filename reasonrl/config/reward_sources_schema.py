@@ -164,7 +164,8 @@ def check_url(url: Any, key: str) -> None:
 def check_template(template: Any, key: str) -> None:
     """A judge template: a string with the ``{response}`` slot and no slot outside ``TEMPLATE_SLOTS``."""
     if not isinstance(template, str):
-        raise SectionError(key, f"must be a string, got {type(template).__name__}")
+        raise SectionError(key, f"must be a string, got {type(template).__name__} (quote it on the command line: "
+                                f"{key}=\"'...{{response}}...'\", or YAML reads the braces as a mapping)")
     try:
         slots = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as exc:
