@@ -11,8 +11,8 @@ from reasonrl.verifiers import VerifyResult
 
 class FutureHandle:
     """Results from futures, each covering some of the items: ``parts`` is ``[(indices, future)]`` where the future
-    gives one VerifyResult per index. A future that raises (or was cancelled) fails its items with ``on_error``'s
-    reason, naming the source."""
+    gives one VerifyResult per index. A future that raises fails its items, the reason naming the source and the
+    error; a cancelled one (the source was closed) raises."""
 
     def __init__(self, count: int, parts: Sequence[Tuple[List[int], Future]], source: str) -> None:
         self.count = count

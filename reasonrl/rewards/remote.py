@@ -9,7 +9,6 @@ samples it covers (named, never scored 0); timeouts, refusals and 408/429/5xx ar
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Mapping, Sequence
 
 from reasonrl.config.reward_sources_schema import RemoteRewardConfig
@@ -89,7 +88,3 @@ class RemoteRewardSource:
     def close(self) -> None:
         self.client.close()
 
-
-def finite(x: Any) -> bool:
-    """A finite real number (not a bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -210,6 +210,9 @@ class RewardModelSource:
     def close(self) -> None:
         import ray
 
+        if not ray.is_initialized():  # Ray shut down first: its actors and groups went with it
+            self.actors, self.group = [], None
+            return
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
