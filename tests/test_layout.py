@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from reasonrl.config import ConfigError, load_config
-from reasonrl.controller.layout import LayoutError, check_layout, reserve_pool, resolve_layout, role_options
+from reasonrl.controller.layout import LayoutError, check_layout, reserve_pool, role_options
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Probe travels to the workers by value
 

@@ -67,7 +67,7 @@ def test_reward_model_role_scores_equal_a_direct_forward(reward_model_dir):
     model = AutoModelForSequenceClassification.from_pretrained(reward_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(reward_model_dir)
     expected = [direct_logit(model, tok, r["prompt"], text) for r, text in zip(rows, RESPONSES)]
-    assert len(set(round(x, 3) for x in expected)) == 3  # the head tells the responses apart
+    assert len({round(x, 3) for x in expected}) == 3  # the head tells the responses apart
     for result, logit in zip(results[:3], expected):
         assert not result.failed
         assert result.info["logit"] == pytest.approx(logit, abs=1e-4)
