@@ -74,3 +74,20 @@ def test_combination_by_hand():
     failed = combine({"rule": 0.5, "judge": 0.5}, {"rule": right, "judge": timeout})
     assert failed.failed and failed.score == 0.0
     assert failed.info["reason"].startswith("no verdict from judge (judge: judge at http://x: EndpointTimeout")
+
+
+def test_docs_list_every_key_of_the_reward_sections():
+    import dataclasses
+    from pathlib import Path
+
+    from reasonrl.config.reward_sources_schema import EndpointConfig, JudgeConfig, RemoteRewardConfig, RewardModelConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "rewards.md").read_text()
+    endpoint = {f.name for f in dataclasses.fields(EndpointConfig)}
+    missing = [f"reward.model.{f.name}" for f in dataclasses.fields(RewardModelConfig)
+               if f"`reward.model.{f.name}`" not in text]
+    for section, cls in (("judge", JudgeConfig), ("remote", RemoteRewardConfig)):
+        missing += [f"reward.{section}.{f.name}" for f in dataclasses.fields(cls)
+                    if f.name not in endpoint and f"`reward.{section}.{f.name}`" not in text]
+    missing += [name for name in endpoint if f"| `{name}` |" not in text]
+    assert not missing, f"docs/rewards.md does not describe {missing}"
