@@ -64,6 +64,10 @@ def test_reward_model_role_scores_equal_a_direct_forward(reward_model_dir):
         results = pool.verify_batch(items)  # batches of 2: [0, 1] padded together, then [2, 3]
         where = pool.sources["model"].info()
         stats = pool.pop_stats()
+        import ray
+
+        ray.kill(pool.sources["model"].actors[0])  # the actor dies: its samples fail, named, never a 0
+        dead = pool.verify_batch(items[:1])
     model = AutoModelForSequenceClassification.from_pretrained(reward_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(reward_model_dir)
     expected = [direct_logit(model, tok, r["prompt"], text) for r, text in zip(rows, RESPONSES)]
@@ -79,3 +83,4 @@ def test_reward_model_role_scores_equal_a_direct_forward(reward_model_dir):
     assert results[3].correct and set(results[3].info["sources"]) == {"rule", "model"}
     assert where == [{"device": "cpu", "node": where[0]["node"], "gpu_ids": []}]
     assert stats["reward_source/reward_model/requests"] == 2 and stats["reward_source/reward_model/scored"] == 4
+    assert dead[0].failed and "reward_model actor 0 failed" in dead[0].info["reason"]

@@ -11,6 +11,7 @@ start instead of falling back to the CPU.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from reasonrl.config.reward_sources_schema import RewardModelConfig
@@ -161,16 +162,18 @@ class RewardModelSource:
                 else {"num_cpus": 0}
             self.actors.append(cls.options(**options).remote(path, cfg.dtype, cfg.max_length, device, threads))
         self._next = 0
+        self._lock = threading.Lock()  # submit, collect and pop_stats may run on different threads
         self._stats = {"requests": 0, "errors": 0}
 
     def submit(self, items: Sequence[Any]) -> RayBatchHandle:
         parts = []
         for indices in batched(range(len(items)), int(self.cfg.batch_size)):
             pairs = [(prompt_messages(getattr(items[i], "row", {}) or {}), items[i][1]) for i in indices]
-            actor = self._next % len(self.actors)
-            self._next += 1
+            with self._lock:
+                actor = self._next % len(self.actors)
+                self._next += 1
+                self._stats["requests"] += 1
             parts.append((indices, self.actors[actor].score.remote(pairs), actor))
-        self._stats["requests"] += len(parts)
         return RayBatchHandle(self, len(items), parts)
 
     def collect(self, ref: Any, actor: int, count: int) -> List[VerifyResult]:
@@ -180,11 +183,11 @@ class RewardModelSource:
         try:
             logits = ray.get(ref, timeout=float(self.cfg.timeout_s))
         except ray.exceptions.GetTimeoutError:
-            self._stats["errors"] += 1
+            self._count_error()
             return [VerifyResult.failure(f"reward_model actor {actor}: no scores within reward.model.timeout_s="
                                          f"{self.cfg.timeout_s:g}s", timed_out=True)] * count
         except ray.exceptions.RayError as exc:
-            self._stats["errors"] += 1
+            self._count_error()
             first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
             return [VerifyResult.failure(f"reward_model actor {actor} failed: {type(exc).__name__}: {first}")] * count
         out = []
@@ -196,6 +199,10 @@ class RewardModelSource:
                                     info={"reason": "reward model", "logit": float(logit)}))
         return out
 
+    def _count_error(self) -> None:
+        with self._lock:
+            self._stats["errors"] += 1
+
     def info(self) -> List[Dict[str, Any]]:
         """Each actor's device, node and GPU ids."""
         import ray
@@ -203,9 +210,9 @@ class RewardModelSource:
         return ray.get([a.info.remote() for a in self.actors])
 
     def pop_stats(self) -> Dict[str, float]:
-        stats = {f"reward_source/reward_model/{k}": float(v) for k, v in self._stats.items()}
-        self._stats = {"requests": 0, "errors": 0}
-        return stats
+        with self._lock:
+            stats, self._stats = self._stats, {"requests": 0, "errors": 0}
+        return {f"reward_source/reward_model/{k}": float(v) for k, v in stats.items()}
 
     def close(self) -> None:
         import ray

@@ -10,6 +10,7 @@ reward scale, and a failure is never a 0. A row with one source gets that source
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 from reasonrl.config.reward_sources_schema import SOURCES
@@ -81,6 +82,7 @@ class RewardRouter:
         self.sources = dict(sources)
         self._scores: Dict[str, List[float]] = {}
         self._failed: Dict[str, int] = {}
+        self._lock = threading.Lock()  # submissions may be collected on other threads (async, streaming)
 
     @property
     def rule_pool(self):
@@ -112,8 +114,9 @@ class RewardRouter:
     def _observe(self, source: str, results: Sequence[VerifyResult]) -> None:
         if source == "rule":
             return
-        self._scores.setdefault(source, []).extend(r.score for r in results if not r.failed)
-        self._failed[source] = self._failed.get(source, 0) + sum(r.failed for r in results)
+        with self._lock:
+            self._scores.setdefault(source, []).extend(r.score for r in results if not r.failed)
+            self._failed[source] = self._failed.get(source, 0) + sum(r.failed for r in results)
 
     def pop_stats(self) -> Dict[str, float]:
         """The verifier pool's ``verify/*`` counters and, per other source, ``reward_source/<label>/*`` (requests,
@@ -122,7 +125,8 @@ class RewardRouter:
         for source, backend in self.sources.items():
             stats.update(backend.pop_stats())
         for source in [s for s in self.sources if s != "rule"]:
-            scores, failed = self._scores.pop(source, []), self._failed.pop(source, 0)
+            with self._lock:
+                scores, failed = self._scores.pop(source, []), self._failed.pop(source, 0)
             stats[f"reward_source/{_label(source)}/failed"] = float(failed)
             stats[f"reward_source/{_label(source)}/scored"] = float(len(scores))
             if scores:
