@@ -36,8 +36,10 @@ def judge_server(model_path, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_path, "--served-model-name", SERVED,
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024",
+    # vLLM's own OpenAI-compatible server (what `vllm serve` runs; the `vllm` command itself asks for the "vllm"
+    # distribution's version, and this one is installed as vllm-cpu)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+           "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024",
            "--enforce-eager", "--max-num-seqs", "8", "--max-logprobs", "20"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
