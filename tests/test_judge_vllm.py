@@ -119,8 +119,9 @@ def test_a_training_step_takes_its_rewards_from_the_reward_model_and_the_judge(j
             f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]", "reward.sources={model: 0.5, judge: 0.5}",
             f"reward.model.path={rm}", f"reward.judge.url={judge_server}", f"reward.judge.model={SERVED}",
             "reward.judge.parser=logprob", "reward.judge.timeout_s=300", f"reward.judge.template='{TEMPLATE}'"]
+    # the machine is shared: Ray's memory monitor must not kill a worker when *other* processes fill the memory
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
-                          timeout=1800)
+                          timeout=1800, env=dict(os.environ, RAY_memory_monitor_refresh_ms="0"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # every one of the 2 x 2 responses is logged under the combination and scored by both sources
