@@ -46,11 +46,12 @@ class RewardModelWorker:
         """Load ``path`` (AutoModelForSequenceClassification, one label) on ``device`` (cpu, or cuda: RuntimeError
         when CUDA is not available: never a silent CPU fallback)."""
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("the reward_model pool has GPUs but CUDA is not available in its worker: refusing to "
                                "run the reward model on the CPU (set placement.pools.<pool>.gpus=0 to mean it)")
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
         torch.set_num_threads(max(1, int(num_threads)))
         self.device = device
         self.max_length = int(max_length)
