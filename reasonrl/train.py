@@ -71,6 +71,7 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
 
+    from reasonrl.controller.placement import ClusterTooSmallError
     from reasonrl.trainer.backends import RayBackend
     from reasonrl.trainer.trainer import Trainer
 
@@ -79,7 +80,7 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    except (DataError, ModelNotFoundError, CheckpointError) as exc:
+    except (DataError, ModelNotFoundError, CheckpointError, ClusterTooSmallError) as exc:
         print(f"reasonrl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

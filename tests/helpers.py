@@ -91,3 +91,19 @@ def critic_batch():
     batch = collate_rollout(prompts, responses, [[0.0] * 3] * 4, pad_id=0)
     batch["returns"] = torch.tensor([1.0, 1.0, 0.0, 0.0])[:, None] * batch["response_mask"]
     return batch
+
+
+def make_reward_model(directory, base_path: str, seed: int = 0) -> str:
+    """A one-label sequence-classification model from ``base_path`` (the real SmolLM2) whose score head has seeded
+    random weights (std 0.5, so scores spread), saved with its tokenizer as a Hugging Face directory."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base_path)
+    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1, dtype=torch.float32)
+    with torch.no_grad():
+        weight = torch.randn(model.score.weight.shape, generator=torch.Generator().manual_seed(seed)) * 0.5
+        model.score.weight.copy_(weight)
+    model.config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(directory))
+    tok.save_pretrained(str(directory))
+    return str(directory)

@@ -12,8 +12,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .placement_schema import validate_placement
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
 from .ranges import FIELD_RANGES
+from .reward_sources_schema import validate_reward_sources
 from .schema import Config
 
 
@@ -150,6 +152,8 @@ def validate(cfg: Config) -> None:
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],
          "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
     _validate_curriculum(cfg, need)
+    validate_reward_sources(cfg, need)  # reward.model / judge / remote / sources (reward_sources_schema.py)
+    validate_placement(cfg, need)  # the placement section's shape (placement_schema.py)
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

@@ -221,6 +221,15 @@ class RewardConfig:
     """Force one verifier for every row (else the row's ``verifier`` column or the data_source mapping)."""
     verifier_options: Dict[str, Any] = field(default_factory=dict)
     """Options per verifier name, passed to its class: e.g. ``reward.verifier_options={code: {sandbox: bwrap}}``."""
+    sources: Dict[str, float] = field(default_factory=dict)
+    """Force every row's reward sources and weights, e.g. ``{rule: 0.5, model: 0.5}`` (rule, model, judge, remote;
+    the score is the weighted sum). Empty: each row's ``reward_model.sources`` or ``style`` (docs/rewards.md)."""
+    model: Dict[str, Any] = field(default_factory=dict)
+    """The reward model (``reward.model.path=...``; keys: docs/rewards.md, config/reward_sources_schema.py)."""
+    judge: Dict[str, Any] = field(default_factory=dict)
+    """The LLM judge endpoint (``reward.judge.url=...``; keys: docs/rewards.md, config/reward_sources_schema.py)."""
+    remote: Dict[str, Any] = field(default_factory=dict)
+    """A remote reward endpoint (``reward.remote.url=...``; keys and contract: docs/rewards.md)."""
 
 
 @dataclass
@@ -351,3 +360,5 @@ class Config:
     async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
+    placement: Dict[str, Any] = field(default_factory=dict)
+    """Which pool each role runs on (preset, pools, roles; docs/rewards.md, config/placement_schema.py)."""

@@ -22,6 +22,8 @@ class Groups:
     actor: Any
     critic: Optional[Any] = None
     rollouts: Optional[Any] = None
+    layout: Optional[Any] = None
+    """The run's ``controller.layout.Layout`` (roles on pools, checked against the cluster); None in-process."""
 
 
 def default_workers():
@@ -46,14 +48,19 @@ class RayBackend:
     def start(self, cfg: Config, plan, model_path: str, startup) -> Groups:
         from reasonrl.controller import WorkerGroup, cpus_per_worker, start_ray
 
+        from reasonrl.controller.layout import check_layout
+        from reasonrl.controller.placement import node_capacities
+
         with startup("ray_start"):
             start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus)
+        layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
+        print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "batch_plan": plan.batch}
         with startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
-                                        gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks))
+                                        gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks), layout=layout)
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
                                             gpu_fraction=plan.gpu_share)

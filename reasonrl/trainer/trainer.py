@@ -95,7 +95,7 @@ class Trainer:
         engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
         if engine_starts:
             self.startup.seconds["engine_start"] = max(engine_starts)
-        self.pool = make_pool(cfg.reward)
+        self.pool = make_pool(cfg.reward, groups.layout)  # rule verifiers, and the reward model on its pool
         self.source = make_source(plan, groups, self.pool, cfg, self.draw)
         self._resume()
         self.source.start(self.step)  # the engines at the resumed weights; async: rounds started ahead

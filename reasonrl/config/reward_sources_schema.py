@@ -1,0 +1,253 @@
+"""The reward sources beyond the rule verifiers: ``reward.model`` (a reward model on its own pool), ``reward.judge``
+(an LLM judge behind an OpenAI-compatible endpoint) and ``reward.remote`` (a user's scoring service).
+
+In ``schema.py`` each is one dict field of ``RewardConfig`` (so the generated reference keeps one row per key); this
+module holds their typed form, one docstring per field, and their checks. ``reward_sources(reward)`` turns the dicts
+into these dataclasses; an unknown key, a bad value, a template without the response slot or a URL that is not
+http(s) raises ``SectionError`` naming the key (``load.validate`` reports it as a ConfigError, before anything
+loads). docs/rewards.md describes every field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import string
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+from urllib.parse import urlsplit
+
+SOURCES = ("rule", "model", "judge", "remote")
+"""The reward sources a row can use: ``rule`` (the verifier pool), ``model`` (``reward.model``), ``judge``
+(``reward.judge``), ``remote`` (``reward.remote``)."""
+
+TEMPLATE_SLOTS = ("prompt", "response", "ground_truth")
+"""The slots a judge template may use; ``{response}`` is required."""
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "You are grading an answer to a question.\n\nQuestion:\n{prompt}\n\nReference answer: {ground_truth}\n\n"
+    "Answer to grade:\n{response}\n\nIs the answer correct? Reply with one word: yes or no.")
+
+
+class SectionError(ValueError):
+    """A bad key or value in one of these sections; ``key`` is the full config key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"config key '{key}': {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass
+class EndpointConfig:
+    """What every HTTP source shares: where it is, how many calls at once, how long each may take, how often to
+    retry."""
+
+    url: Optional[str] = None
+    """The endpoint (http:// or https://). None: the source is off."""
+    concurrency: int = 4
+    """Most requests in flight at once (the rest wait their turn), so a burst never floods the service."""
+    timeout_s: float = 30.0
+    """Wall-clock limit of one request (connect, send, the whole answer); past it the attempt fails as a timeout."""
+    retries: int = 2
+    """Extra attempts after a timeout, a refused connection or an HTTP 408/429/5xx; a 4xx or an unreadable answer is
+    not retried. After the last attempt the sample fails (no verdict, never a 0)."""
+    backoff_s: float = 0.5
+    """Wait before the first retry; it doubles for each further retry (exponential backoff)."""
+    max_backoff_s: float = 8.0
+    """The longest wait between two attempts."""
+    api_key_env: Optional[str] = None
+    """An environment variable holding a bearer token sent as ``Authorization: Bearer ...`` (None: no header)."""
+    correct_above: float = 0.5
+    """A score at or above this counts as correct (accuracy, pass@k) when the answer does not say itself."""
+
+
+@dataclass
+class JudgeConfig(EndpointConfig):
+    """``reward.judge``: an LLM judge behind an OpenAI-compatible ``/chat/completions`` endpoint (``vllm serve``
+    and the other serving stacks)."""
+
+    model: str = ""
+    """The model name the endpoint serves (the request's ``model``)."""
+    template: str = DEFAULT_JUDGE_TEMPLATE
+    """The judge's user message, with slots ``{prompt}`` (the row's last user message), ``{response}`` (required)
+    and ``{ground_truth}``; literal braces are doubled."""
+    parser: str = "verdict"
+    """How the judge's answer becomes a score: scale (the last number in the text, on ``scale``, mapped to [0, 1]),
+    verdict (the first word of ``verdicts`` in the text gives its score), logprob (one token, the probability-weighted
+    score of the ``verdicts`` among the first token's top log-probs)."""
+    scale: List[float] = field(default_factory=lambda: [0.0, 10.0])
+    """parser=scale: [low, high] of the judge's number; low scores 0, high 1; a number outside is a failure."""
+    verdicts: Dict[str, float] = field(default_factory=lambda: {"yes": 1.0, "no": 0.0})
+    """parser=verdict or logprob: each verdict word (case-insensitive, a whole word) and its score."""
+    max_tokens: int = 16
+    """Most tokens the judge writes (parser=logprob asks for one)."""
+    top_logprobs: int = 20
+    """parser=logprob: how many of the first token's most likely tokens the endpoint returns."""
+    temperature: float = 0.0
+    """The judge's sampling temperature (0: greedy, so the same answer gets the same score)."""
+
+
+@dataclass
+class RemoteRewardConfig(EndpointConfig):
+    """``reward.remote``: a scoring service of the user's own, speaking the JSON contract of docs/rewards.md."""
+
+    batch_size: int = 16
+    """Samples per request."""
+
+
+@dataclass
+class RewardModelConfig:
+    """``reward.model``: a Hugging Face sequence-classification model that scores (prompt, response) pairs on its
+    own pool of Ray actors (``placement``'s ``reward_model`` role)."""
+
+    path: Optional[str] = None
+    """The model directory or hub id (``AutoModelForSequenceClassification``, one label: its logit is the score).
+    None: the source is off."""
+    batch_size: int = 8
+    """Pairs per forward pass."""
+    max_length: int = 1024
+    """A pair longer than this many tokens (after the chat template) is cut from the left (the prompt's start)."""
+    transform: str = "sigmoid"
+    """The score from the logit: sigmoid (into (0, 1), inside the default ``reward.score_range``) or raw (the logit
+    itself; widen ``reward.score_range`` to hold it)."""
+    dtype: str = "float32"
+    """Parameter dtype: float32, bfloat16, float16."""
+    timeout_s: float = 600.0
+    """Longest wait for one batch's scores; past it (or when an actor dies) the batch's samples fail."""
+    correct_above: float = 0.5
+    """A score at or above this counts as correct (accuracy, pass@k)."""
+
+
+@dataclass
+class RewardSources:
+    """The three sections, typed."""
+
+    model: RewardModelConfig
+    judge: JudgeConfig
+    remote: RemoteRewardConfig
+
+    def configured(self) -> Dict[str, bool]:
+        """Which sources are on: rule always, the others when their model path or URL is set."""
+        return {"rule": True, "model": bool(self.model.path), "judge": bool(self.judge.url),
+                "remote": bool(self.remote.url)}
+
+
+_POSITIVE = {"concurrency", "timeout_s", "batch_size", "max_length", "max_tokens", "top_logprobs", "max_backoff_s"}
+_NON_NEGATIVE = {"retries", "backoff_s", "temperature"}
+
+
+def _build(cls, values: Optional[Mapping[str, Any]], prefix: str):
+    """``cls`` from a dict, with an error naming the first unknown key or number out of range."""
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    values = dict(values or {})
+    for key in values:
+        if key not in names:
+            raise SectionError(f"{prefix}.{key}", f"unknown key; known: {', '.join(sorted(names))}")
+    built = cls(**values)
+    for name in names:
+        value = getattr(built, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value) or (name in _POSITIVE and value <= 0) or (name in _NON_NEGATIVE and value < 0):
+            raise SectionError(f"{prefix}.{name}", f"{value} is out of range; allowed: "
+                                                   f"{'> 0' if name in _POSITIVE else '>= 0'}")
+    return built
+
+
+def check_url(url: Any, key: str) -> None:
+    """An http:// or https:// URL with a host, else SectionError naming ``key``."""
+    parts = urlsplit(str(url))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SectionError(key, f"{url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+
+
+def check_template(template: Any, key: str) -> None:
+    """A judge template: a string with the ``{response}`` slot and no slot outside ``TEMPLATE_SLOTS``."""
+    if not isinstance(template, str):
+        raise SectionError(key, f"must be a string, got {type(template).__name__} (quote it on the command line: "
+                                f"{key}=\"'...{{response}}...'\", or YAML reads the braces as a mapping)")
+    try:
+        slots = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise SectionError(key, f"is not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
+    unknown = sorted(slots - set(TEMPLATE_SLOTS))
+    if unknown:
+        raise SectionError(key, f"unknown slot {{{unknown[0]}}}; the slots are "
+                                f"{', '.join('{' + s + '}' for s in TEMPLATE_SLOTS)}")
+    if "response" not in slots:
+        raise SectionError(key, "has no {response} slot: the judge would never see the response it grades")
+
+
+def _check_endpoint(cfg: EndpointConfig, prefix: str) -> None:
+    if cfg.url is not None:
+        check_url(cfg.url, f"{prefix}.url")
+
+
+def reward_sources(reward: Any) -> RewardSources:
+    """The typed ``reward.model``, ``reward.judge`` and ``reward.remote`` of a RewardConfig (SectionError naming the
+    key on bad input)."""
+    model = _build(RewardModelConfig, reward.model, "reward.model")
+    if model.transform not in ("sigmoid", "raw"):
+        raise SectionError("reward.model.transform", f"must be sigmoid or raw, got {model.transform!r}")
+    if model.dtype not in ("float32", "bfloat16", "float16"):
+        raise SectionError("reward.model.dtype", f"must be float32, bfloat16 or float16, got {model.dtype!r}")
+    judge = _build(JudgeConfig, reward.judge, "reward.judge")
+    _check_endpoint(judge, "reward.judge")
+    check_template(judge.template, "reward.judge.template")
+    if judge.parser not in ("scale", "verdict", "logprob"):
+        raise SectionError("reward.judge.parser", f"must be scale, verdict or logprob, got {judge.parser!r}")
+    if len(judge.scale) != 2 or not judge.scale[0] < judge.scale[1]:
+        raise SectionError("reward.judge.scale", f"must be [low, high] with low < high, got {list(judge.scale)}")
+    if not judge.verdicts or not all(isinstance(k, str) and k.strip() for k in judge.verdicts):
+        raise SectionError("reward.judge.verdicts", f"must map verdict words to scores, got {dict(judge.verdicts)}")
+    if judge.url and not judge.model:
+        raise SectionError("reward.judge.model", "must name the model the endpoint serves (the request's 'model')")
+    remote = _build(RemoteRewardConfig, reward.remote, "reward.remote")
+    _check_endpoint(remote, "reward.remote")
+    return RewardSources(model, judge, remote)
+
+
+def check_source_weights(weights: Any, where: str) -> Dict[str, float]:
+    """A ``{source: weight}`` mapping: known sources, finite weights >= 0, not all 0 (entries that are None are
+    dropped: a Parquet struct holds every key of every row). ValueError naming ``where``."""
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"{where} must map sources to weights, e.g. {{rule: 0.5, model: 0.5}}; got {weights!r}")
+    out: Dict[str, float] = {}
+    for name, weight in weights.items():
+        if weight is None:
+            continue
+        if name not in SOURCES:
+            raise ValueError(f"{where} names the unknown source {name!r}; known: {', '.join(SOURCES)}")
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: the weight of {name!r} is {weight!r}, not a number") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"{where}: the weight of {name!r} must be a finite number >= 0, got {weight}")
+        out[str(name)] = weight
+    if not out or not any(out.values()):
+        raise ValueError(f"{where} must give at least one source a weight > 0, got {dict(weights)}")
+    return out
+
+
+def validate_reward_sources(cfg: Any, need) -> None:
+    """``load.validate``'s hook: the three sections and ``reward.sources`` (``need(ok, key, message)`` reports)."""
+    try:
+        sources = reward_sources(cfg.reward)
+    except SectionError as exc:
+        need(False, exc.key, exc.message)
+        return
+    if cfg.reward.sources:
+        try:
+            weights = check_source_weights(cfg.reward.sources, "reward.sources")
+        except ValueError as exc:
+            need(False, "reward.sources", str(exc).removeprefix("reward.sources "))
+            return
+        on = sources.configured()
+        for name in weights:
+            need(on[name], "reward.sources", f"uses {name!r}, which is not configured "
+                                             f"({_SETTING[name]} is not set)")
+
+
+_SETTING = {"model": "reward.model.path", "judge": "reward.judge.url", "remote": "reward.remote.url", "rule": ""}
+"""The setting that turns each source on."""
