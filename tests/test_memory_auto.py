@@ -276,3 +276,12 @@ def test_doctor_plan_names_a_model_that_cannot_be_read_offline(tmp_path, capsys)
     assert "the memory plan needs the model's config.json" in err and str(tmp_path / "config.json") in err
     assert plan_main(["model.path=x"], float("nan"), 1) == 2
     assert "--device-gib must be a positive number of GiB, got nan" in capsys.readouterr().err
+
+
+def test_doctor_refuses_a_device_size_that_is_not_a_number(capsys):
+    from reasonrl.doctor.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--plan", "--device-gib", "80GB"])
+    assert exit_info.value.code == 2
+    assert "argument --device-gib: invalid float value: '80GB'" in capsys.readouterr().err
