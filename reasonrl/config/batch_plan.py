@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Tuple
 
+from .token_budget import AUTO, budget_rows
+
 
 @dataclass(frozen=True)
 class BatchPlan:
@@ -27,6 +29,12 @@ class BatchPlan:
     """Passes over the step's mini-batches (``actor.ppo_epochs``)."""
     micro_batch_rows: int
     """Rows per forward/backward on one worker (``actor.micro_batch_size_per_worker``)."""
+    token_budgets: Tuple[Tuple[str, Any], ...] = ()
+    """The token budgets that are set, (key, tokens or ``auto``): ``*.max_tokens_per_micro_batch`` not 0
+    (``token_budget.budget_rows``); ``auto`` until the memory plan resolves it at start-up."""
+    longest_row: int = 0
+    """Tokens of the longest row (``data.max_prompt_length`` + ``rollout.max_new_tokens``): bounds the micro-batches
+    a token budget makes."""
 
     @classmethod
     def from_config(cls, cfg: Any, world_size: int) -> "BatchPlan":
@@ -34,7 +42,9 @@ class BatchPlan:
         return cls(prompts_per_step=cfg.data.train_batch_size, samples_per_prompt=cfg.rollout.n,
                    world_size=world_size,
                    mini_batch_prompts=cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size,
-                   ppo_epochs=cfg.actor.ppo_epochs, micro_batch_rows=cfg.actor.micro_batch_size_per_worker)
+                   ppo_epochs=cfg.actor.ppo_epochs, micro_batch_rows=cfg.actor.micro_batch_size_per_worker,
+                   token_budgets=tuple(budget_rows(cfg).items()),
+                   longest_row=cfg.data.max_prompt_length + cfg.rollout.max_new_tokens)
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -73,7 +83,14 @@ class BatchPlan:
         """The derived sizes printed at start-up (an uneven split shows as ``B/W!``; ``check`` then refuses it)."""
         B, W = self.prompts_per_step, self.world_size
         per_worker_mini = self.responses_per_mini_batch_per_worker
-        return [
+        budgets = dict(self.token_budgets)
+        micro: Any = -(-per_worker_mini // self.micro_batch_rows)
+        actor_budget = budgets.get("actor.max_tokens_per_micro_batch")
+        if actor_budget == AUTO:
+            micro = "by token budget (auto)"
+        elif actor_budget:  # every group holds at least budget // longest row rows (first-fit decreasing)
+            micro = f"at most {-(-per_worker_mini // max(1, actor_budget // max(1, self.longest_row)))} (token budget)"
+        rows = [
             ("prompts per step (data.train_batch_size)", B),
             ("samples per prompt (rollout.n)", self.samples_per_prompt),
             ("responses per step", self.responses_per_step),
@@ -82,5 +99,9 @@ class BatchPlan:
             ("mini-batches per step (optimizer steps x ppo_epochs)", self.mini_batches_per_step * self.ppo_epochs),
             ("responses per mini-batch", self.responses_per_mini_batch),
             ("responses per mini-batch per worker", per_worker_mini),
-            ("micro-batches per mini-batch per worker", -(-per_worker_mini // self.micro_batch_rows)),
+            ("micro-batches per mini-batch per worker", micro),
         ]
+        for key, tokens in self.token_budgets:
+            rows.append((f"tokens per micro-batch ({key})",
+                         "auto (the memory plan picks it at start-up)" if tokens == AUTO else tokens))
+        return rows

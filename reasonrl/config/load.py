@@ -17,6 +17,7 @@ from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGT
 from .ranges import FIELD_RANGES
 from .reward_sources_schema import validate_reward_sources
 from .schema import Config
+from .token_budget import validate_token_budgets
 
 
 class ConfigError(ValueError):
@@ -126,6 +127,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"config key '{key}': {msg}")
 
     check_ranges(cfg)
+    validate_token_budgets(cfg, need)
     need(cfg.rollout.engine in ("auto", "vllm", "hf"), "rollout.engine", "must be auto, vllm or hf")
     mb = cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size
     need(cfg.data.train_batch_size % mb == 0, "actor.ppo_mini_batch_size",

@@ -16,8 +16,8 @@ FIELD_RANGES: Dict[str, str] = {
     "rollout.weight_sync_bucket_mb": "[1, inf)", "rollout.seed": "[0, inf)",
     "actor.lr": "[0, inf)", "actor.weight_decay": "[0, inf)", "actor.betas": "[0, 1)", "actor.warmup_steps": "[0, inf)",
     "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
-    "actor.micro_batch_size_per_worker": "[1, inf)", "actor.max_tokens_per_micro_batch": "[0, inf)",
-    "ref.max_tokens_per_micro_batch": "[0, inf)", "critic.max_tokens_per_micro_batch": "[0, inf)",
+    "actor.micro_batch_size_per_worker": "[1, inf)",
+    # *.max_tokens_per_micro_batch (an int >= 0 or "auto") are checked by config/token_budget.py
     "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)",
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
     "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",

@@ -3,7 +3,7 @@ generated from these docstrings (``python -m reasonrl.config.docs``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from .algorithm_schema import AlgorithmConfig
 
@@ -160,12 +160,13 @@ class ActorConfig:
     ``model.attn_implementation``) the packed attention is a dense mask over the whole packed row, whose
     cross-sequence blocks a GPU kernel still computes; flex_attention or flash_attention_2 skip them
     (docs/performance.md)."""
-    max_tokens_per_micro_batch: int = 0
+    max_tokens_per_micro_batch: Union[int, str] = 0
     """Token budget per micro-batch of the actor (update and old log-probs) on one worker: rows are grouped by
     length (first-fit decreasing) so that each forward holds at most this many tokens (packed: the sum of the rows'
     valid tokens; padded: rows x the group's longest prompt + longest response), instead of
     ``micro_batch_size_per_worker`` rows. A row longer than the budget runs alone. 0: fixed row counts. The loss
-    stays the mini-batch's exact token (or sequence) mean whatever the grouping."""
+    stays the mini-batch's exact token (or sequence) mean whatever the grouping. ``auto``: the largest budget the
+    memory plan says fits the device, chosen at start-up (docs/performance.md)."""
     compile: bool = False
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
     updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once
@@ -179,9 +180,9 @@ class RefConfig:
     offload_params: bool = False
     """Keep the reference model's FSDP shards in CPU memory (pinned) except while it computes ref log-probs
     (``timing_s/offload_ref``, ``timing_s/onload_ref``); no effect on a CPU worker."""
-    max_tokens_per_micro_batch: int = 0
+    max_tokens_per_micro_batch: Union[int, str] = 0
     """Token budget per micro-batch of the reference log-prob pass (see ``actor.max_tokens_per_micro_batch``);
-    0: the actor's setting."""
+    0: the actor's setting; ``auto``: the largest the memory plan says fits."""
 
 
 @dataclass
@@ -200,9 +201,9 @@ class CriticConfig:
     offload_optimizer: bool = False
     """Keep the critic's optimizer state in CPU memory (pinned) except during its update and checkpointing; no
     effect on a CPU worker."""
-    max_tokens_per_micro_batch: int = 0
+    max_tokens_per_micro_batch: Union[int, str] = 0
     """Token budget per micro-batch of the critic's values and update (see ``actor.max_tokens_per_micro_batch``);
-    0: the actor's setting. Packing follows ``actor.use_packing``."""
+    0: the actor's setting; ``auto``: the largest the memory plan says fits. Packing follows ``actor.use_packing``."""
 
 
 @dataclass

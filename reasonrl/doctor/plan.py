@@ -1,7 +1,8 @@
 """``python -m reasonrl.doctor --plan [--device-gib G] [--gpus N] key=value ...``: the memory plan of a training config
 (``reasonrl.memory``: each phase's expected peak per GPU, term by term), without loading anything — also on a machine
 without a GPU, for a named device size. Exit status 0 when it fits, 1 when a phase does not (with what would make it
-fit), 2 for bad input (a config key, a device size, a model whose config.json cannot be read offline)."""
+fit), 2 for bad input (a config key, a device size, a model whose config.json cannot be read offline). Token
+budgets set to ``auto`` are resolved first and printed; async mode adds a rollout worker's GPU."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,8 @@ from reasonrl.config import ConfigError, load_config
 def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optional[int]) -> int:
     """Print the plan of the config ``overrides`` (GPU defaults: no CPU profile) on ``gpus`` GPUs of ``device_gib``
     GiB (default: this machine's first GPU, and its GPU count)."""
-    from reasonrl.memory import GIB, Placement, fit_suggestions, plan_memory, render_plan
+    from reasonrl.memory import (GIB, AutoBudgetError, Placement, apply_auto_budgets, fit_suggestions, plan_memory,
+                                 plan_rollout_worker, render_plan)
     from reasonrl.models.loader import ModelNotFoundError, resolve_model_path
     from reasonrl.trainer.run_plan import model_config_json
 
@@ -35,15 +37,27 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     else:
         device_bytes = device_gib * GIB
     world = gpus or cfg.trainer.num_workers or max(1, torch.cuda.device_count())
+    print(f"model {cfg.model.path}, {world} GPU(s) of {device_bytes / GIB:.1f} GiB")
     try:
         model_config = model_config_json(resolve_model_path(cfg.model.path))
         placement = Placement(world, cfg.rollout.tensor_parallel_size)
+        apply_auto_budgets(cfg, model_config, device_bytes, placement)  # prints the budgets auto chose
         plan = plan_memory(cfg, model_config, device_bytes, placement)
+        rollout = plan_rollout_worker(cfg, model_config, device_bytes) if cfg.trainer.mode == "async" else None
+    except AutoBudgetError as exc:
+        print(f"does not fit: {exc}")
+        return 1
     except (ModelNotFoundError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"model {cfg.model.path}, {world} GPU(s) of {device_bytes / GIB:.1f} GiB")
     print(render_plan(plan))
+    if rollout is not None:
+        print(f"each of the {cfg.async_rollout.num_rollout_workers} rollout worker GPU(s) (trainer.mode=async): "
+              + render_plan(rollout))
+    if rollout is not None and not rollout.fits:
+        print("does not fit: a rollout worker's GPU (its engine alone: a lower rollout.gpu_memory_utilization or "
+              "shorter sequences)")
+        return 1
     if plan.fits:
         print("fits")
         return 0

@@ -9,7 +9,9 @@ it as a table; ``largest_fitting_token_budget`` and ``fit_suggestions`` say what
 - ``shape.py``: the model's numbers from ``config.json``, its parameter count and one layer's saved activations;
 - ``terms.py``: the rule behind every other term, one function each (its docstring states the rule);
 - ``plan.py``: which terms are on the device in which phase (``plan_memory``);
-- ``fit.py``: the table and the "what would make it fit" search.
+- ``fit.py``: the table and the "what would make it fit" search;
+- ``auto.py``: ``*.max_tokens_per_micro_batch=auto``, the largest token budget that fits (``resolve_auto_budgets``);
+- ``rollout_worker.py``: an async rollout worker's device, the engine alone (``plan_rollout_worker``).
 
 docs/performance.md ("Will it fit? The memory plan") compares the plan with the H200 runs in benchmarks/results/.
 
@@ -19,11 +21,16 @@ one micro-batch's forward, c tokens of one log-prob chunk (``reasonrl/models/fus
 """
 from __future__ import annotations
 
+from .auto import (AUTO_DEVICE_SHARE, AutoBudgetError, apply_auto_budgets, device_memory_bytes, resolve_auto_budgets,
+                   resolve_run_budgets)
 from .fit import fit_suggestions, largest_fitting_token_budget, render_plan
 from .plan import MemoryPlan, PhasePlan, Placement, plan_memory
+from .rollout_worker import plan_rollout_worker
 from .shape import ModelShape
 from .terms import COMPILE_ACTIVATION_RATIO, CUDA_CONTEXT_BYTES, GIB, LOGPROB_CHUNK_TOKENS
 
-__all__ = ["plan_memory", "render_plan", "largest_fitting_token_budget", "fit_suggestions", "MemoryPlan",
+__all__ = ["plan_memory", "render_plan", "largest_fitting_token_budget", "fit_suggestions", "resolve_auto_budgets",
+           "apply_auto_budgets", "resolve_run_budgets", "device_memory_bytes", "AutoBudgetError", "AUTO_DEVICE_SHARE",
+           "plan_rollout_worker", "MemoryPlan",
            "PhasePlan", "Placement", "ModelShape", "GIB", "COMPILE_ACTIVATION_RATIO", "CUDA_CONTEXT_BYTES",
            "LOGPROB_CHUNK_TOKENS"]

@@ -31,7 +31,8 @@ class PhasePlan:
     """One phase: the terms on the device (name -> bytes), the process overhead, and the device's size."""
 
     name: str
-    """rollout, log_probs, reference, values, critic_update, update or weight_sync."""
+    """rollout, log_probs, reference, values, critic_update, update, weight_sync or (async) weight_send; on an async
+    rollout worker's device rollout and weight_receive (``plan_rollout_worker``)."""
     terms: Dict[str, float]
     """What is on the device at the phase's peak, bytes per term (the term's name says what it is)."""
     overhead: float
@@ -120,7 +121,14 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
     layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,
     whichever is larger. The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
-    and the largest full parameter before the KV cache wakes."""
+    and the largest full parameter before the KV cache wakes. ``trainer.mode=async``: no engine on the actor's
+    devices; its ``weight_send`` phase (rank 0 broadcasting) holds a bucket (at least the largest full parameter,
+    which travels alone when larger), its packed copy and the next gathered parameter."""
+    from reasonrl.config.token_budget import auto_budget_keys
+
+    unresolved = auto_budget_keys(cfg)
+    if unresolved:
+        raise ValueError(f"{', '.join(unresolved)}=auto: resolve it first (reasonrl.memory.resolve_auto_budgets)")
     p = placement or Placement()
     shape = ModelShape.from_config_json(model_config)
     _check_placement(p, shape)
@@ -133,7 +141,11 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     passes = passes_needed(cfg)
     rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // W)
     mini_rows = max(1, (cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size) * cfg.rollout.n // W)
-    engine, generating, sleeps, notes = engine_terms(cfg, shape, p.tensor_parallel_size, p.device, dev, dt, rows, P)
+    if cfg.trainer.mode == "async":  # the engines run on the rollout workers' devices (``plan_rollout_worker``)
+        engine, generating, sleeps, notes = {}, {}, False, []
+    else:
+        engine, generating, sleeps, notes = engine_terms(cfg, shape, p.tensor_parallel_size, p.device, dev, dt, rows,
+                                                         P)
     has_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
     a = cfg.actor
     root = shape.root_parameters() * dt
@@ -200,10 +212,15 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     own_old = not old_pass
     phases.append(training_pass("update", a.max_tokens_per_micro_batch, P, "actor", True,
                                 own_old or cfg.algorithm.entropy_coef != 0, a.compile))
+    largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
+    bucket = cfg.rollout.weight_sync_bucket_mb * 2**20
     if engine:
-        largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
         sync = {**resident("weight_sync"), **awake()}
-        sync["weight sync bucket + largest full parameter"] = cfg.rollout.weight_sync_bucket_mb * 2**20 + largest
+        sync["weight sync bucket + largest full parameter"] = bucket + largest
         phases.append(PhasePlan("weight_sync", sync, overhead, dev))
+    elif cfg.trainer.mode == "async":  # rank 0 broadcasts to the rollout workers (workers/weight_transfer.py)
+        send = resident("weight_send")
+        send["weight send: bucket, its packed copy, next full parameter"] = 2 * max(bucket, largest) + largest
+        phases.append(PhasePlan("weight_send", send, overhead, dev))
     return MemoryPlan(phases, dev, P, notes)
 

@@ -100,11 +100,9 @@ def engine_terms(cfg: Any, shape: ModelShape, tensor_parallel_size: int, device:
     of 2 L kv dt / T bytes per token); with ``rollout.free_cache_engine`` it sleeps (weights to CPU, KV cache freed)
     from before the update until the weight sync. vLLM on CPU: weights + ``rollout.kv_cache_gb``, never asleep. The
     hf engine (``rollout.engine=hf``; ``auto`` is taken as vllm, what it resolves to where vLLM imports): a full dt
-    copy of the weights, plus while generating the KV cache of all the worker's samples. ``trainer.mode=async``: no
-    engine on the actor's GPUs."""
+    copy of the weights, plus while generating the KV cache of all the worker's samples (``rows``). The same engine
+    runs on an async rollout worker's device (``plan_rollout_worker``)."""
     notes: List[str] = []
-    if cfg.trainer.mode == "async":
-        return {}, {}, False, notes
     weights = P * dt / tensor_parallel_size
     kv_per_token = 2 * shape.num_layers * shape.kv_width * dt / tensor_parallel_size
     seq = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)

@@ -10,7 +10,7 @@ source and the start-up table read these facts from the plan, not from the raw c
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -182,15 +182,23 @@ def model_config_json(model_path: str) -> Dict:
 def check_memory_plan(cfg: Config, model_config: Dict, device_bytes: float, world_size: int,
                       echo=print) -> None:
     """The memory plan of this run (``reasonrl.memory``), printed; ConfigError naming the phases that do not fit, the
-    numbers and what would make them fit, unless ``trainer.ignore_memory_plan``."""
-    from reasonrl.memory import GIB, Placement, fit_suggestions, plan_memory, render_plan
+    numbers and what would make them fit, unless ``trainer.ignore_memory_plan``. ``*.max_tokens_per_micro_batch=auto``
+    is resolved first, in ``cfg`` itself (``apply_auto_budgets``); async mode plans a rollout worker's GPU too."""
+    from reasonrl.memory import GIB, Placement, apply_auto_budgets, fit_suggestions, plan_memory, plan_rollout_worker
+    from reasonrl.memory import render_plan
 
     placement = Placement(world_size, cfg.rollout.tensor_parallel_size)
+    apply_auto_budgets(cfg, model_config, device_bytes, placement, echo)
     plan = plan_memory(cfg, model_config, device_bytes, placement)
     echo(render_plan(plan))
+    rollout = plan_rollout_worker(cfg, model_config, device_bytes) if cfg.trainer.mode == "async" else None
+    if rollout is not None:
+        echo("rollout worker GPU (trainer.mode=async): " + render_plan(rollout))
+        plan.phases += [replace(p, name=f"rollout worker {p.name}") for p in rollout.phases]
+        plan.notes += rollout.notes
     if plan.fits or cfg.trainer.ignore_memory_plan:
         return
-    over = ", ".join(f"{p.name} {p.total / GIB:.1f} GiB" for p in plan.phases if not p.fits)
+    over = ", ".join([f"{p.name} {p.total / GIB:.1f} GiB" for p in plan.phases if not p.fits] + plan.notes)
     fixes = fit_suggestions(cfg, model_config, device_bytes, placement)
     raise ConfigError(f"the memory plan does not fit the device's {device_bytes / GIB:.1f} GiB: {over}"
                       + (f"; each of these would make it fit: {', '.join(fixes)}" if fixes else

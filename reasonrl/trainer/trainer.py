@@ -28,6 +28,8 @@ from reasonrl.data.sample import Round, Sample, collate_samples
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
+from reasonrl.memory import resolve_run_budgets
+from reasonrl.memory.auto import auto_budget_keys
 from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
@@ -63,9 +65,11 @@ class Trainer:
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
-            if plan.device == "cuda" and plan.mode == "colocated":  # will it fit? before anything loads
+            if plan.device == "cuda":  # will it fit? before anything loads (auto token budgets resolved first)
                 check_memory_plan(cfg, model_config_json(self.model_path),
                                   torch.cuda.get_device_properties(0).total_memory, plan.world_size)
+            elif auto_budget_keys(cfg):  # a CPU run: auto token budgets against the RAM its ranks share
+                resolve_run_budgets(cfg, model_config_json(self.model_path), plan.device, plan.world_size)
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
