@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
+from .env_schema import check_env_config
 from .ranges import FIELD_RANGES
 from .schema import Config
 
@@ -141,6 +142,7 @@ def validate(cfg: Config) -> None:
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
+    check_env_config(cfg, need)
     if cfg.trainer.mode == "async":
         a = cfg.async_rollout
         need(cfg.data.train_batch_size % a.num_rollout_workers == 0, "async_rollout.num_rollout_workers",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .algorithm_schema import AlgorithmConfig
+from .env_schema import EnvConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -351,3 +352,4 @@ class Config:
     async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
