@@ -62,6 +62,12 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     # GSM8K + MATH with a Python tool: the model runs code in the sandbox while it solves (docs/tools.md).
     Task("math_tool", "math_tool", "train", "test", "math", (),
          "reasoning with ```python cells run by the tool, then the final answer in \\boxed{}", 1024, tool_turns=4),
+    # Generated questions about a fictional corpus, answered with the search environment's tool (docs/environments.md).
+    Task("search", "search", "train", "test", "math", ("search",),
+         "<tool_call> searches of the corpus, then the year in \\boxed{}", 384, tool_turns=4),
+    # MBPP in turns: the code_feedback environment runs each submission's tests and shows the failures.
+    Task("code_feedback", "code_feedback", "train", "test", "code", ("code_feedback",),
+         "```python submissions, fixed from the test failures shown", 768, 30.0, tool_turns=3),
     # Lean 4 proofs (needs a Lean REPL).
     Task("minif2f", "minif2f", "valid", "test", "lean", ("minif2f",), "the whole theorem in a ```lean4 block",
          1024, 120.0),
