@@ -111,7 +111,7 @@ def test_tool_turns_use_the_template_markup_with_no_drift_and_plain_rows_mix_in(
             ("test_calculator", 2, 1, {"add": 1}, 1.0, 0)
         assert c.text.endswith("\\boxed{5}.") and "<|im_start|>" not in c.text and c.finish_reason == "stop"
         assert [m["role"] for m in c.conversation] == ["assistant", "tool", "assistant"]
-        assert c.conversation[1]["content"] == "5"
+        assert c.conversation[1]["content"] == "5" and c.conversation[0]["content"].startswith("<tool_call>")
     for c in out[1]:
         assert (c.env, c.turns, c.tool_calls, sum(c.tool_mask), c.env_drift) == ("", 1, 0, 0, -1)
         assert c.text == "hi there"

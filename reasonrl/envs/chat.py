@@ -80,6 +80,16 @@ class ChatTurns:
             self._markup = (enc(before), enc(after))
         return self._markup
 
+    def generation_prompt(self) -> List[int]:
+        """The tokens the template appends for ``add_generation_prompt`` (``<|im_start|>assistant\\n``); [] if none."""
+        if not hasattr(self, "_generation_prompt"):
+            try:
+                bare, opened = _ids(self.render(PROBE)), _ids(self.render(PROBE, True))
+                self._generation_prompt = opened[len(bare):] if opened[:len(bare)] == bare else []
+            except Exception:  # no template, or one that cannot render the probe
+                self._generation_prompt = []
+        return self._generation_prompt
+
     def tool_turn_ids(self, observation: str, model_ended_with_eos: bool) -> List[int]:
         """The tokens of one tool message after a model turn (the model's EOS, when it wrote one, is the markup's
         first token and is not repeated)."""

@@ -212,8 +212,13 @@ class ToolRollout:
         t.pending, t.pending_after_eos = parsed, bool(ids and ids[-1] in self._end_ids)
 
     def _prefill(self, prompt: List[int]) -> List[int]:
-        """The prompt's tokens after its last special token (the chat template's assistant header): text the answer
-        starts with, which belongs to the first model turn. Empty when the prompt has no special token."""
+        """Text the answer starts with, already in the prompt (e.g. a prefilled "```python\\n"), which belongs to the
+        first model turn: the tokens after the chat template's generation prompt, else after the prompt's last
+        special token; empty when there is neither."""
+        opener = self.chat.generation_prompt()
+        for j in range(len(prompt) - len(opener), -1, -1) if opener else ():
+            if prompt[j:j + len(opener)] == opener:
+                return list(prompt[j + len(opener):])
         special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         for j in range(len(prompt) - 1, -1, -1):
             if prompt[j] in special:
