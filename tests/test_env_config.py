@@ -24,3 +24,13 @@ def test_bad_env_values_are_refused_naming_the_key(arg, key, why):
     extra = ["env.drift_check=false"] if "drift_fatal" in arg else []
     with pytest.raises(ConfigError, match=f"config key '{key}'.*{why}"):
         load_config([arg, *extra], cuda_available=False)
+
+
+def test_environments_import_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, reasonrl.envs as e, reasonrl.envs.metrics, reasonrl.envs.steps\n"
+            "print(e.available_environments(), 'torch' in sys.modules, 'ray' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "['code_feedback', 'python', 'search'] False False", proc.stderr[-2000:]
