@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import presets
 
-SCHEMA_PATHS = (Path(__file__).with_name("schema.py"), Path(__file__).with_name("algorithm_schema.py"))
+SCHEMA_PATHS = (Path(__file__).with_name("schema.py"), Path(__file__).with_name("algorithm_schema.py"),
+                Path(__file__).with_name("env_schema.py"))
 """The modules whose dataclasses are the config (parsed as one source)."""
 
 

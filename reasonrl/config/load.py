@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .placement_schema import validate_placement
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
+from .env_schema import check_env_config
 from .ranges import FIELD_RANGES
 from .reward_sources_schema import validate_reward_sources
 from .schema import Config
@@ -145,6 +146,7 @@ def validate(cfg: Config) -> None:
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
+    check_env_config(cfg, need)
     from .combinations import combination_problems  # the rules between features (the RunPlan runs them too)
 
     for key, message in combination_problems(cfg)[:1]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from .algorithm_schema import AlgorithmConfig
+from .env_schema import EnvConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -348,7 +349,7 @@ class ToolConfig:
 class Config:
     task: str = "gsm8k"
     """Task (reasonrl/config/tasks.py: data files, generation length; rows pick their verifier): gsm8k, math, math500,
-    mbpp, humaneval, minif2f, arith, arith_levels, math_tool."""
+    mbpp, humaneval, minif2f, arith, arith_levels, math_tool, search, code_feedback."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -363,3 +364,5 @@ class Config:
     tool: ToolConfig = field(default_factory=ToolConfig)
     placement: Dict[str, Any] = field(default_factory=dict)
     """Which pool each role runs on (preset, pools, roles; docs/rewards.md, config/placement_schema.py)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Environments of multi-turn rollouts: the default, call format, limits (docs/environments.md, config/env_schema.py)."""

@@ -40,6 +40,9 @@ class Task:
     """``reward.timeout_s`` of the task preset (None: the schema default); code and proofs need longer."""
     tool_turns: int = 0
     """Model turns of a tool-using task (``rollout.max_turns``; the preset turns ``tool.enabled`` on); 0: no tool."""
+    environment: str = ""
+    """The environment its rows name (docs/environments.md); the preset makes it ``env.default`` too, so a prompt
+    whose row the loop cannot look up still runs in it. "": the tool's (``tool.name``)."""
 
 
 TASKS: Dict[str, Task] = {t.name: t for t in (
@@ -65,6 +68,14 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     # GSM8K + MATH with a Python tool: the model runs code in the sandbox while it solves (docs/tools.md).
     Task("math_tool", "math_tool", "train", "test", "math", (),
          "reasoning with ```python cells run by the tool, then the final answer in \\boxed{}", 1024, tool_turns=4),
+    # Generated questions about a fictional corpus, answered with the search environment's tool (docs/environments.md).
+    Task("search", "search", "train", "test", "math", ("search",),
+         "<tool_call> searches of the corpus, then the year in \\boxed{}", 384, tool_turns=4,
+         environment="search"),
+    # MBPP in turns: the code_feedback environment runs each submission's tests and shows the failures.
+    Task("code_feedback", "code_feedback", "train", "test", "code", ("code_feedback",),
+         "```python submissions, fixed from the test failures shown", 768, 30.0, tool_turns=3,
+         environment="code_feedback"),
     # Lean 4 proofs (needs a Lean REPL).
     Task("minif2f", "minif2f", "valid", "test", "lean", ("minif2f",), "the whole theorem in a ```lean4 block",
          1024, 120.0),
@@ -97,4 +108,6 @@ def task_preset(name: str) -> Dict[str, Dict[str, object]]:
     if task.tool_turns:
         preset["rollout"]["max_turns"] = task.tool_turns
         preset["tool"] = {"enabled": True}
+    if task.environment:
+        preset["env"] = {"default": task.environment}
     return preset

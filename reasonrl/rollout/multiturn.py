@@ -1,27 +1,39 @@
-"""Multi-turn rollout with a tool: model turns and tool turns alternate within each trajectory.
+"""Multi-turn rollout in environments: model turns and tool turns alternate within each trajectory.
 
-Each round, every unfinished trajectory's context (prompt + everything so far) goes to the engine in one batched
-``generate`` call, with the tool's stop strings: a model turn ends at a tool call (a closing code fence), at the end
-of the answer (EOS), or when the token budget is spent. The calls found at the ends of the turns then run
-concurrently in a thread pool, each in its trajectory's own tool session, and each result is appended as a tool turn,
-tokenized once. Token in, token out: a trajectory's ``token_ids`` are exactly the tokens the engine produced plus the
-tool turns' tokens, never a re-tokenisation of decoded text; ``tool_mask`` marks the tool's tokens, which training
-masks out of the loss, the KL and the entropy.
+Each trajectory runs in the environment its dataset row names (``environment`` column; ``env.default`` for rows that
+name none; no environment: a plain prompt, one model turn). Each round, every unfinished trajectory's context
+(prompt + everything so far) goes to the engine, one batched ``generate`` call per set of stop strings (each
+environment's call format has its own, ``reasonrl.envs.parsers``). A model turn ends at a stop string, at EOS, or
+when the token budget is spent; the calls it made are parsed, and the trajectories' steps then run concurrently
+(``reasonrl.envs.steps``: a thread per trajectory, ``env.step_timeout_s`` per call). Each answer is appended as a tool
+turn, tokenized once: inline text (``fenced_python``), or a ``tool`` message in the chat template's own markup
+(``hermes``, ``reasonrl.envs.chat``). Token in, token out: a trajectory's ``token_ids`` are exactly the tokens the
+engine produced plus the tool turns' tokens, never a re-tokenisation; ``tool_mask`` marks the tool turns, which
+training masks out of the loss, the KL and the entropy. With ``env.drift_check`` each trajectory is compared with
+the chat template's rendering of its conversation (``env_drift``).
 
-Budgets: ``sampling.max_new_tokens`` bounds the whole trajectory (model and tool tokens: it must fit the same
-response width as a single-turn rollout), ``max_turns`` the model turns (so at most ``max_turns - 1`` calls run).
-A tool session is closed as soon as its trajectory ends, and every session is closed if anything fails.
+Budgets: ``sampling.max_new_tokens`` bounds the whole trajectory (model and tool tokens), ``max_turns`` the model
+turns (so at most ``max_turns - 1`` rounds of calls). A malformed call gets an error observation and is counted; an
+environment that raises or hangs ends its trajectory with ``env_failed`` set (the trainer marks that sample failed),
+never the rollout. Environments are closed as soon as their trajectory ends, and all of them if anything fails.
 """
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import math
+import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from reasonrl.tools import Tool, ToolResult, ToolSession
+from reasonrl.envs import EnvContext, StepResult, make_environment
+from reasonrl.envs.chat import ChatTurns, encode_observation, special_token_ids  # noqa: F401  (re-exported)
+from reasonrl.envs.parsers import ParsedTurn, make_parser
+from reasonrl.envs.python_env import context_tool
+from reasonrl.envs.steps import run_jobs
 
 from .base import Completion, SamplingParams
+from .trajectory import Trajectory, cut_middle
 
 log = logging.getLogger(__name__)
 
@@ -38,125 +50,175 @@ class ToolCompletion(Completion):
     tool_calls: int = 0
     """Tool calls that ran."""
     tool_errors: int = 0
-    """Calls that failed (an exception in the code, a limit hit, a timeout, the sandbox failing)."""
+    """Calls that failed (an error observation: an exception in the code, a bad call, a limit hit, a timeout)."""
     tool_timeouts: int = 0
     """Calls stopped at their time limit (also counted in ``tool_errors``)."""
     tool_seconds: float = 0.0
-    """Wall-clock seconds of this trajectory's calls, summed."""
+    """Wall-clock seconds of this trajectory's environment steps, summed."""
+    env: str = ""
+    """The environment it ran in ("": a plain prompt)."""
+    malformed_calls: int = 0
+    """Calls that could not be parsed or were over a limit (bad JSON, too long, too many in one turn)."""
+    calls_per_tool: Dict[str, int] = field(default_factory=dict)
+    """Calls that ran, by tool name."""
+    env_failed: str = ""
+    """Why the environment failed ("" when it did not): it raised or hung; the sample's reward is a failure."""
+    env_reward: float = float("nan")
+    """The last reward the environment gave (NaN: none)."""
+    env_drift: int = -1
+    """1: the trained tokens differ from the chat template's rendering of the conversation; 0: same; -1: unchecked."""
+    conversation: List[Dict[str, str]] = field(default_factory=list)
+    """The messages after the prompt (assistant and tool turns), for the sample log."""
 
 
-TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds")
-"""Per-row fields a tool rollout adds to the worker's ``generate`` batch (meta)."""
+TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds", "env",
+                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "conversation")
+"""Per-row fields a multi-turn rollout adds to the worker's ``generate`` batch (meta)."""
 
 
-class _Trajectory:
-    def __init__(self, prompt: List[int], prefill: List[int]) -> None:
-        self.prompt = list(prompt)
-        self.prefill = prefill  # the prompt's part of the first model turn (e.g. a prefilled "```python\n")
-        self.ids: List[int] = []
-        self.mask: List[int] = []
-        self.logprobs: List[float] = []
-        self.turn_start = 0  # where the model's text since the last tool turn begins
-        self.session: Optional[ToolSession] = None
-        self.pending: Optional[str] = None  # a call to run before the next model turn
-        self.finish: Optional[str] = None
-        self.turns = self.calls = self.errors = self.timeouts = 0
-        self.seconds = 0.0
-
-    def add(self, ids: List[int], tool: bool, logprobs: Optional[List[float]]) -> None:
-        self.ids += ids
-        self.mask += [int(tool)] * len(ids)
-        self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
-
-    def end(self, reason: str) -> None:
-        self.finish = reason
-        self.pending = None
-        self.close()
-
-    def close(self) -> None:
-        if self.session is not None:
-            try:
-                self.session.close()
-            except Exception:  # a session that fails to close must not end the rollout
-                log.exception("closing a tool session failed")
-            self.session = None
+class DriftError(RuntimeError):
+    """``env.drift_fatal``: a trajectory's tokens differ from the chat template's rendering of its conversation."""
 
 
 class ToolRollout:
-    """``generate(prompt_token_ids, sampling)`` like a RolloutEngine's, with tool turns inside each sample."""
+    """``generate(prompt_token_ids, sampling, rows=None)`` like a RolloutEngine's, with environment turns inside each
+    sample. ``tool``: the loop's tool (the ``python`` environment's); ``default_env``: the environment of rows that
+    name none (None: plain prompts); ``row_source``: rows for prompt ids when ``generate`` is given none."""
 
-    def __init__(self, engine: Any, tokenizer: Any, tool: Tool, max_turns: int, concurrency: int = 8) -> None:
+    def __init__(self, engine: Any, tokenizer: Any, tool: Any = None, max_turns: int = 4, concurrency: int = 8,
+                 env_cfg: Any = None, default_env: Optional[str] = "python", tool_cfg: Any = None,
+                 row_source: Optional[Callable[[List[List[int]]], List[Dict[str, Any]]]] = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.engine, self.tokenizer, self.tool = engine, tokenizer, tool
+        self.engine, self.tokenizer = engine, tokenizer
         self.max_turns, self.concurrency = max_turns, max(1, concurrency)
+        self.env_cfg, self.default_env, self.row_source = env_cfg, default_env or None, row_source
+        self.context = EnvContext(tool_cfg, env_cfg)
+        if tool is not None:
+            self.context.shared("tool", lambda: tool)
+        self.chat = ChatTurns(tokenizer)
+        self._parsers: Dict[str, Any] = {}
+
+    @property
+    def tool(self) -> Any:
+        """The loop's tool (built from the ``tool`` section on first use)."""
+        return context_tool(self.context)
 
     @classmethod
     def from_config(cls, engine: Any, tokenizer: Any, cfg: Any) -> "ToolRollout":
-        """From a whole ``Config``: its ``tool`` section and ``rollout.max_turns``."""
-        from reasonrl.tools import make_tool
+        """From a whole ``Config``: its ``tool`` and ``env`` sections and ``rollout.max_turns``; rows are found by
+        their prompt's tokens in the run's data files (``reasonrl.envs.rows``)."""
+        from reasonrl.config.env_schema import NO_ENVIRONMENT
+        from reasonrl.envs.rows import PromptRows
 
-        return cls(engine, tokenizer, make_tool(cfg.tool), cfg.rollout.max_turns, cfg.tool.concurrency)
+        default = cfg.tool.name if cfg.env.default is None else cfg.env.default
+        return cls(engine, tokenizer, None, cfg.rollout.max_turns, cfg.tool.concurrency, env_cfg=cfg.env,
+                   default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool,
+                   row_source=PromptRows(cfg, tokenizer))
 
     def close(self) -> None:
-        self.tool.close()
+        self.context.close()
 
-    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[ToolCompletion]]:
+    def _limit(self, key: str, default: Any) -> Any:
+        return getattr(self.env_cfg, key, default) if self.env_cfg is not None else default
+
+    def parser_for(self, env: Any) -> Any:
+        if env.parser not in self._parsers:
+            tool = self.tool if env.parser == "fenced_python" else None
+            self._parsers[env.parser] = make_parser(env.parser, self.env_cfg, tool)
+        return self._parsers[env.parser]
+
+    # ------------------------------------------------------------------ the rounds
+    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams,
+                 rows: Optional[List[Dict[str, Any]]] = None) -> List[List[ToolCompletion]]:
         if not prompt_token_ids:
             return []
+        if rows is None:
+            rows = self.row_source(prompt_token_ids) if self.row_source is not None else [{}] * len(prompt_token_ids)
         budget = sampling.max_new_tokens
         self._end_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
-        turn_sampling = replace(sampling, stop=list(self.tool.stop) + list(sampling.stop))
-        trajectories: List[_Trajectory] = []
+        groups: List[List[Trajectory]] = []
         try:
-            first = self.engine.generate(prompt_token_ids, turn_sampling)
-            for prompt, completions in zip(prompt_token_ids, first):
-                prefill = self._prefill(prompt)
-                for c in completions:
-                    trajectories.append(_Trajectory(prompt, prefill))
-                    self._absorb(trajectories[-1], c, budget)
+            for prompt, row in zip(prompt_token_ids, rows):
+                groups.append([self._start(prompt, row) for _ in range(sampling.n)])
+            trajectories = [t for g in groups for t in g]
+            self._generate_round([g[0] for g in groups], sampling, budget, first=groups)
             rnd = 0
             while True:
-                self._run_calls([t for t in trajectories if t.pending is not None], budget)
+                self._run_steps([t for t in trajectories if t.pending is not None], budget)
                 active = [t for t in trajectories if t.finish is None]
                 if not active:
                     break
                 rnd += 1
-                room = max(budget - len(t.ids) for t in active)
                 seed = None if sampling.seed is None else sampling.seed + rnd
-                outs = self.engine.generate([t.prompt + t.ids for t in active],
-                                            replace(turn_sampling, n=1, max_new_tokens=room, seed=seed))
-                for t, completions in zip(active, outs):
-                    self._absorb(t, completions[0], budget)
+                self._generate_round(active, replace(sampling, n=1, seed=seed), budget)
         finally:
-            for t in trajectories:
+            for t in (t for g in groups for t in g):
                 t.close()
-        n = len(trajectories) // max(1, len(prompt_token_ids))
-        done = [self._completion(t, sampling.logprobs) for t in trajectories]
-        return [done[i * n:(i + 1) * n] for i in range(len(prompt_token_ids))]
+        return [[self._completion(t, sampling.logprobs) for t in g] for g in groups]
+
+    def _start(self, prompt: List[int], row: Dict[str, Any]) -> Trajectory:
+        name = (row or {}).get("environment") or self.default_env
+        t = Trajectory(prompt, self._prefill(prompt), name or "")
+        if name is None:
+            return t
+        try:
+            t.env = make_environment(name, self.context)
+            t.env.reset(row or {})
+            t.parser = self.parser_for(t.env)
+        except Exception as exc:  # a broken environment fails its trajectories, not the batch
+            log.exception("environment %r failed to start", name)
+            t.failed(f"environment {name!r} failed to start: {type(exc).__name__}: {str(exc)[:200]}")
+        return t
+
+    def _generate_round(self, heads: List[Trajectory], sampling: SamplingParams, budget: int,
+                        first: Optional[List[List[Trajectory]]] = None) -> None:
+        """One generate call per stop-string set. ``first``: the opening round, ``n`` samples per group head."""
+        by_stop: Dict[tuple, List[int]] = {}
+        for i, t in enumerate(heads):
+            by_stop.setdefault(tuple(t.parser.stop) if t.parser is not None else (), []).append(i)
+        for stops, picked in by_stop.items():
+            room = budget if first else max(budget - len(heads[i].ids) for i in picked)
+            params = replace(sampling, stop=list(stops) + list(sampling.stop), max_new_tokens=room)
+            outs = self.engine.generate([heads[i].prompt + heads[i].ids for i in picked], params)
+            for i, completions in zip(picked, outs):
+                targets = first[i] if first else [heads[i]]
+                for t, c in zip(targets, completions):
+                    self._absorb(t, c, budget)
 
     # ------------------------------------------------------------------ one model turn
-    def _absorb(self, t: _Trajectory, c: Completion, budget: int) -> None:
-        """Append a model turn and decide what follows: the end, a tool call, or more of the same turn."""
+    def _absorb(self, t: Trajectory, c: Completion, budget: int) -> None:
+        """Append a model turn and decide what follows: the end, tool calls, or more of the same turn."""
         room = budget - len(t.ids)
         ids = list(c.token_ids[:room])
         t.add(ids, tool=False, logprobs=list(c.logprobs[:room]) if c.logprobs else None)
         t.turns += 1
         if len(c.token_ids) > room or c.finish_reason == "length" or len(t.ids) >= budget:
             return t.end("length")
-        if c.finish_reason != "stop" or (ids and ids[-1] in self._end_ids):
-            return t.end(c.finish_reason)  # the model ended its answer (EOS or a stop token)
-        # Stopped on a stop string: a tool call, unless the fence closed something else.
+        ended = c.finish_reason != "stop" or (ids and ids[-1] in self._end_ids)
+        if t.parser is None:  # a plain prompt, or an environment that failed: one turn
+            return t.end("env_error" if t.env_failed else c.finish_reason)
         text = self.tokenizer.decode((t.prefill if t.turn_start == 0 else []) + t.ids[t.turn_start:],
                                      skip_special_tokens=True)
-        call = self.tool.find_call(text)
+        parsed: ParsedTurn = t.parser.parse(text)
+        if not parsed.any:
+            if ended or not t.parser.inline:
+                return t.end(c.finish_reason)  # the model ended its answer
+            if t.turns >= self.max_turns:
+                return t.end("stop")
+            return None  # stopped on a stop string that was not a call: the turn goes on next round
         if t.turns >= self.max_turns:
-            return t.end("max_turns" if call is not None else "stop")
-        t.pending = call  # None: the fence was not a call; the model's turn simply goes on next round
+            return t.end("max_turns")
+        t.pending, t.pending_after_eos = parsed, bool(ids and ids[-1] in self._end_ids)
 
     def _prefill(self, prompt: List[int]) -> List[int]:
-        """The prompt's tokens after its last special token (the chat template's assistant header): text the answer
-        starts with, which belongs to the first model turn. Empty when the prompt has no special token."""
+        """Text the answer starts with, already in the prompt (e.g. a prefilled "```python\\n"), which belongs to the
+        first model turn: the tokens after the chat template's generation prompt, else after the prompt's last
+        special token; empty when there is neither."""
+        opener = self.chat.generation_prompt()
+        for j in range(len(prompt) - len(opener), -1, -1) if opener else ():
+            if prompt[j:j + len(opener)] == opener:
+                return list(prompt[j + len(opener):])
         special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         for j in range(len(prompt) - 1, -1, -1):
             if prompt[j] in special:
@@ -164,65 +226,93 @@ class ToolRollout:
         return []
 
     # ------------------------------------------------------------------ tool turns
-    def _run_calls(self, waiting: List[_Trajectory], budget: int) -> None:
+    def _run_steps(self, waiting: List[Trajectory], budget: int) -> None:
         if not waiting:
             return
-        for t in waiting:
-            if t.session is None:
-                t.session = self.tool.open_session()
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(waiting))) as pool:
-            results = list(pool.map(lambda t: self._call(t.session, t.pending), waiting))
-        for t, result in zip(waiting, results):
-            t.pending = None
-            t.calls += 1
-            t.errors += int(result.error)
-            t.timeouts += int(result.timed_out)
-            t.seconds += result.seconds
-            ids = encode_observation(self.tokenizer, self.tool.render(result))
-            room = budget - len(t.ids)
-            t.add(ids[:room], tool=True, logprobs=None)
-            t.turn_start = len(t.ids)
-            if len(ids) >= room:
-                t.end("length")
+        step_s = float(self._limit("step_timeout_s", 60.0))
+        jobs = [(lambda t=t: self._steps(t)) for t in waiting]
+        outcomes = run_jobs(jobs, [step_s * max(1, len(t.pending.calls)) for t in waiting], self.concurrency)
+        for t, (value, why) in zip(waiting, outcomes):
+            parsed, t.pending = t.pending, None
+            t.malformed += len(parsed.errors)
+            if why is not None:
+                t.failed(f"environment {t.env_name!r} step failed: {why}")
+                continue
+            results, seconds = value
+            t.seconds += seconds
+            texts = list(parsed.errors)
+            done = False
+            for call, result in zip(parsed.calls, results):
+                t.calls += 1
+                t.per_tool[call.name] += 1
+                t.errors += int(result.error)
+                t.timeouts += int(result.timed_out)
+                if result.reward is not None:
+                    t.env_reward = float(result.reward)
+                done = done or result.done
+                texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
+            t.errors += len(parsed.errors)
+            if done:
+                t.end("stop")
+                continue
+            self._append_observation(t, texts, budget)
 
     @staticmethod
-    def _call(session: ToolSession, request: str) -> ToolResult:
-        try:
-            return session.call(request)
-        except Exception as exc:  # a tool that breaks its no-raise contract still must not end the rollout
-            log.exception("tool call raised")
-            return ToolResult(f"ToolError: {type(exc).__name__}: {exc}", error=True)
+    def _steps(t: Trajectory):
+        """Run one trajectory's calls in order: (results, seconds)."""
+        start = time.monotonic()
+        results: List[StepResult] = []
+        for call in t.pending.calls:
+            results.append(t.env.step(call))
+            if results[-1].done:
+                break
+        return results, time.monotonic() - start
 
-    def _completion(self, t: _Trajectory, with_logprobs: bool) -> ToolCompletion:
+    def _shown(self, t: Trajectory, name: str, result: StepResult, several: bool) -> str:
+        text = cut_middle(result.observation or "(no output)", int(self._limit("max_observation_chars", 2048)))
+        if t.parser.inline:
+            return t.parser.render_inline(text, result.error)
+        return f"[{name}] {text}" if several else text
+
+    def _append_observation(self, t: Trajectory, texts: List[str], budget: int) -> None:
+        if t.parser.inline:
+            observation = "".join(texts)
+            ids = encode_observation(self.tokenizer, observation)
+        else:
+            observation = "\n\n".join(s.strip() for s in texts).strip() or "(no output)"
+            ids = self.chat.tool_turn_ids(observation, t.pending_after_eos)
+        t.observations.append(observation)
+        room = budget - len(t.ids)
+        t.add(ids[:room], tool=True, logprobs=None)
+        t.turn_start = len(t.ids)
+        if len(ids) >= room:
+            t.end("length")
+
+    # ------------------------------------------------------------------ the result
+    def _completion(self, t: Trajectory, with_logprobs: bool) -> ToolCompletion:
         model_ids = [i for i, m in zip(t.ids, t.mask) if not m]
+        conversation = t.log_conversation(self.chat)
+        drift = -1
+        if t.parser is not None and self._limit("drift_check", True):
+            checked = self.chat.drift(t.drift_conversation(self.chat, self._end_ids), t.prefill + t.ids)
+            drift = -1 if checked is None else int(checked)
+            if drift == 1 and self._limit("drift_fatal", False):
+                raise DriftError(f"environment {t.env_name!r}: the trained tokens differ from the chat template's "
+                                 f"rendering of the conversation {conversation!r:.300}")
         return ToolCompletion(token_ids=list(t.ids), text=self.tokenizer.decode(model_ids, skip_special_tokens=True),
                               logprobs=list(t.logprobs) if with_logprobs else [],
                               finish_reason=t.finish or "stop", tool_mask=list(t.mask), turns=t.turns,
                               tool_calls=t.calls, tool_errors=t.errors, tool_timeouts=t.timeouts,
-                              tool_seconds=t.seconds)
-
-
-def encode_observation(tokenizer: Any, text: str) -> List[int]:
-    """Token ids of a tool's (or an environment's) output, as *text*: a chat-template marker the output contains
-    (``<|im_end|>``, ``<|im_start|>user``) becomes the ordinary tokens of its characters, never the special token, so a
-    program cannot forge a turn of the chat. Raises if the tokenizer cannot split special tokens."""
-    ids = list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-    special = set(special_token_ids(tokenizer))
-    if special.intersection(ids):
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} kept special tokens in a tool output although asked "
-                         f"to split them (split_special_tokens=True); it cannot be used for tool rollouts")
-    return ids
-
-
-def special_token_ids(tokenizer: Any) -> List[int]:
-    """The ids of the tokenizer's special and added tokens (chat markers and the like): the ids text never maps to."""
-    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
-    added = getattr(tokenizer, "get_added_vocab", None)
-    if added is not None:
-        ids.update(added().values())
-    return sorted(ids)
+                              tool_seconds=t.seconds, env=t.env_name, malformed_calls=t.malformed,
+                              calls_per_tool=dict(t.per_tool), env_failed=t.env_failed,
+                              env_reward=t.env_reward if t.env_reward is not None else math.nan, env_drift=drift,
+                              conversation=conversation)
 
 
 def tool_meta(completions: List[Completion]) -> Dict[str, List[Any]]:
     """The ``TOOL_META_KEYS`` columns of a flat list of trajectories, in order."""
     return {key: [getattr(c, key) for c in completions] for key in TOOL_META_KEYS}
+
+
+__all__ = ["Counter", "DriftError", "TOOL_META_KEYS", "ToolCompletion", "ToolRollout", "encode_observation",
+           "special_token_ids", "tool_meta"]

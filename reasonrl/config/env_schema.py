@@ -1,0 +1,55 @@
+"""The ``env`` config section: environments in multi-turn rollouts (docs/environments.md), and its checks.
+
+Its numeric fields' intervals are added to ``ranges.FIELD_RANGES`` here (the rest of the config's are there), and
+``check_env_config`` is called from ``load.validate``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .ranges import FIELD_RANGES
+
+ENV_FIELD_RANGES = {
+    "env.step_timeout_s": "(0, inf)", "env.max_calls_per_turn": "[1, inf)", "env.max_call_chars": "[1, inf)",
+    "env.max_observation_chars": "[1, inf)",
+}
+FIELD_RANGES.update(ENV_FIELD_RANGES)
+NO_ENVIRONMENT = "none"
+
+
+@dataclass
+class EnvConfig:
+    """Environments (``reasonrl.envs``): with ``tool.enabled`` each row's ``environment`` column picks the
+    environment its trajectories run in; tool calls, limits and the drift check."""
+
+    default: Optional[str] = None
+    """Environment of the rows that name none (no ``environment`` column, or an empty one). None: ``tool.name``,
+    so every such row runs the tool (``task=math_tool``); ``none``: such rows are plain prompts (one model turn)."""
+    step_timeout_s: float = 60.0
+    """Wall-clock limit of one environment step; a step past it ends its trajectory as a failure
+    (``env_failed``), not the run."""
+    max_calls_per_turn: int = 8
+    """Calls run per model turn; more in one turn are answered with one error observation (counted malformed)."""
+    max_call_chars: int = 8192
+    """A tool call longer than this many characters is refused unread (an error observation, counted malformed)."""
+    max_observation_chars: int = 2048
+    """An observation longer than this is cut to its head and tail before it is tokenised."""
+    drift_check: bool = True
+    """Compare each trajectory's trained tokens with the chat template's rendering of its conversation and count
+    the differences (``env/drift_rate``)."""
+    drift_fatal: bool = False
+    """With ``drift_check``: a trajectory whose tokens differ from the rendering stops the rollout with an error
+    naming the first differing position."""
+
+
+def check_env_config(cfg: Any, need: Callable[[bool, str, str], None]) -> None:
+    """Cross-field rules of the ``env`` section (``need(ok, key, message)`` raises the ConfigError)."""
+    e = cfg.env
+    need(not e.drift_fatal or e.drift_check, "env.drift_fatal", "needs env.drift_check=true")
+    if e.default not in (None, NO_ENVIRONMENT, ""):
+        from reasonrl.envs import available_environments
+
+        known = available_environments()
+        need(e.default in known, "env.default", f"unknown environment {e.default!r}; known: {', '.join(known)}, "
+             f"{NO_ENVIRONMENT}")

@@ -1,0 +1,69 @@
+"""What the trainer does with a multi-turn round's environment meta (the ``TOOL_META_KEYS`` columns of the workers'
+``generate`` batch, ``reasonrl.rollout.multiturn``): the step metrics (``env_metrics``), the failed samples
+(``with_env_failures``: an environment that crashed or hung gives no verdict) and the logged conversation
+(``conversation_text``). Plain functions over lists; no torch, no ray."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence
+
+
+def _column(gen: Any, key: str) -> Optional[List[Any]]:
+    try:
+        return list(gen[key])
+    except (KeyError, TypeError):
+        return None
+
+
+def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, float]:
+    """``env/*`` metrics of one round: rows per environment, turns per trajectory, calls per tool, malformed calls,
+    environment failures and seconds, the drift rate over the checked rows, the environment's mean reward and, with
+    the verifier ``results``, how often the environment's reward (> 0.5) agrees with the verifier's verdict."""
+    envs = _column(gen, "env")
+    if envs is None:
+        return {}
+    rows = max(1, len(envs))
+    out: Dict[str, float] = {}
+    for name, count in sorted(Counter(e or "none" for e in envs).items()):
+        out[f"env/{name}/count"] = float(count)
+    turns = _column(gen, "turns") or [0] * len(envs)
+    out["env/turns_mean"] = sum(turns) / rows
+    per_tool: Counter = Counter()
+    for calls in _column(gen, "calls_per_tool") or []:
+        per_tool.update(calls or {})
+    for name, count in sorted(per_tool.items()):
+        out[f"env/calls/{name}"] = float(count)
+    out["env/calls_per_trajectory"] = sum(per_tool.values()) / rows
+    out["env/malformed_calls"] = float(sum(_column(gen, "malformed_calls") or []))
+    failed = [bool(f) for f in _column(gen, "env_failed") or []]
+    out["env/failed"] = float(sum(failed))
+    out["env/seconds"] = float(sum(_column(gen, "tool_seconds") or []))
+    drift = [d for d in _column(gen, "env_drift") or [] if d in (0, 1)]
+    out["env/drift_checked"] = float(len(drift))
+    out["env/drift_rate"] = sum(drift) / len(drift) if drift else 0.0
+    rewards = [(i, r) for i, r in enumerate(_column(gen, "env_reward") or []) if r is not None and not math.isnan(r)]
+    if rewards:
+        out["env/reward_mean"] = sum(r for _, r in rewards) / len(rewards)
+        if results is not None:
+            agree = [bool(r > 0.5) == bool(results[i].correct) for i, r in rewards if not results[i].failed]
+            if agree:
+                out["env/reward_verifier_agreement"] = sum(agree) / len(agree)
+    return out
+
+
+def with_env_failures(gen: Any, results: Sequence[Any]) -> List[Any]:
+    """``results`` with the rows whose environment failed (meta ``env_failed``) replaced by
+    ``VerifyResult.failure`` naming the environment: no verdict, left out of the advantages and the loss."""
+    from reasonrl.verifiers.base import VerifyResult
+
+    failed = _column(gen, "env_failed")
+    if failed is None:
+        return list(results)
+    return [VerifyResult.failure(f"environment failed: {why}"[:300], environment=env) if why else r
+            for r, why, env in zip(results, failed, _column(gen, "env") or [""] * len(failed))]
+
+
+def conversation_text(conversation: Sequence[Dict[str, str]]) -> str:
+    """A logged sample's whole conversation after the prompt, one ``[role]`` block per message."""
+    return "\n".join(f"[{m.get('role', '?')}]\n{m.get('content', '')}" for m in conversation)
