@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
+from .lora_schema import validate_lora
 from .ranges import FIELD_RANGES
 from .schema import Config
 
@@ -163,6 +164,7 @@ def validate(cfg: Config) -> None:
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],
          "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
     _validate_curriculum(cfg, need)
+    validate_lora(cfg, need)
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

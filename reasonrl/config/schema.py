@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .algorithm_schema import AlgorithmConfig
+from .lora_schema import LoraConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -170,6 +171,7 @@ class ActorConfig:
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
     updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once
     (with dynamic shapes)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

@@ -29,13 +29,14 @@ from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
-from reasonrl.rollout import SLEEP_PARTS, make_rollout_engine, resolve_engine_name
+from reasonrl.rollout import SLEEP_PARTS, resolve_engine_name
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
 from .distributed import start_rank
-from .engine_host import EngineHost
+from .engine_host import EngineHost, make_engine
 from .fsdp import full_state_dict, iter_full_params, load_full_state_dict
+from .lora_sync import LoraSync
 from .policy import Policy, load_sharded_lm, mb_log_probs
 
 log = logging.getLogger(__name__)
@@ -57,21 +58,26 @@ class ActorRolloutRefWorker:
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)
 
-        actor_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, True)
-        self.policy = Policy.actor(actor_model, self.cfg, self.batch_plan, self.device, world_size)
+        self.lora = LoraSync(self.cfg, model_path)  # actor.lora.rank 0: off, every call below as without it
+        actor_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, True,
+                                      self.lora.prepare)
+        self.policy = Policy.actor(actor_model, self.cfg, self.batch_plan, self.device, world_size,
+                                   self.lora.trainable(actor_model))
         self.ref_policy: Optional[Policy] = None
         if self.cfg.algorithm.use_kl_loss or self.cfg.algorithm.kl_in_reward:
-            ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False)
-            self.ref_policy = Policy.reference(ref_model, self.cfg, self.batch_plan, self.device, world_size)
+            if self.lora.on:  # the reference for free: the actor's model with its adapters disabled
+                self.ref_policy = Policy.reference(actor_model, self.cfg, self.batch_plan, self.device, world_size,
+                                                   shared_offload=self.policy.offload)
+            else:
+                ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False)
+                self.ref_policy = Policy.reference(ref_model, self.cfg, self.batch_plan, self.device, world_size)
         self.actor_offload.offload()  # before the engine starts: it sizes its KV cache by the free memory
         self.ref_offload.offload()
 
-        max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
         self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
         if self.cfg.trainer.mode != "async":
             started = time.perf_counter()
-            engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
-                                         self.device, max_len)
+            engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device)
             self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
 
@@ -197,10 +203,15 @@ class ActorRolloutRefWorker:
         start = time.perf_counter()
         if self.host is None:  # async: the weights go out through send_weights
             return {"seconds": 0.0, "bytes": 0.0}
+        if self.lora.adapter_only:  # the adapter alone, gathered tensor by tensor (the base never moves)
+            tensors = list(self.lora.sync_tensors(self.actor, self.device, self.compute_dtype))
+            moved = self.host.load_adapter(tensors, self.lora.adapter_config(name for name, _ in tensors))
+            return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
         # An offloaded actor is gathered from the CPU shard by shard: the whole model never comes back for the sync.
-        moved = self.host.load_weights(iter_buckets(iter_full_params(self.actor, self.device, self.compute_dtype),
-                                                    bucket_bytes))
+        # With LoRA merged for rollout: each adapted weight leaves as W + alpha/r B A.
+        moved = self.host.load_weights(iter_buckets(self.lora.sync_tensors(self.actor, self.device,
+                                                                           self.compute_dtype), bucket_bytes))
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(RANK_ZERO)
@@ -211,11 +222,17 @@ class ActorRolloutRefWorker:
         are at temperature 1, whatever ``rollout.temperature``: the engine scores the sequence as a prompt, and vLLM
         applies no sampling processing (temperature, top-p/top-k) to prompt log-probs; a weight mismatch shows at
         any temperature."""
-        from reasonrl.rollout.weight_sync import logprob_diff
+        from reasonrl.rollout.weight_sync import check_adapter_reached_engine, logprob_diff
 
         engine_lp = self._need_host().sequence_logprobs(prompt_ids, response_ids)
         actor_lp = self.policy.sequence_log_probs(prompt_ids, response_ids)
-        return logprob_diff(engine_lp, actor_lp).as_metrics()
+        metrics = logprob_diff(engine_lp, actor_lp).as_metrics()
+        if self.lora.on:  # the engine must score as the actor WITH its adapter, not as the base model
+            base = self.ref_policy or Policy.reference(self.actor, self.cfg, self.batch_plan, self.device,
+                                                       self.world_size, shared_offload=self.policy.offload)
+            metrics.update(check_adapter_reached_engine(engine_lp, actor_lp,
+                                                        base.sequence_log_probs(prompt_ids, response_ids)))
+        return metrics
 
     # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
     @dispatch(RANK_ZERO)
@@ -235,14 +252,17 @@ class ActorRolloutRefWorker:
 
     @dispatch(RANK_ZERO)
     def weight_specs(self) -> List[weight_transfer.ParamSpec]:
-        """What ``send_weights`` sends: every parameter's name, full shape and dtype."""
+        """What ``send_weights`` sends: every parameter's name, full shape and dtype (LoRA: the adapter's tensors, or
+        the merged weights)."""
+        if self.lora.on:
+            return self.lora.specs(self.actor, self.compute_dtype)
         return weight_transfer.param_specs(self.actor.named_parameters(), self.compute_dtype)
 
     @dispatch(ONE_TO_ALL)
     def send_weights(self, specs: List[weight_transfer.ParamSpec]) -> Dict[str, float]:
         """Gather the full parameters (every rank: an FSDP collective) and broadcast them from rank 0, in buckets."""
         start = time.perf_counter()
-        params = iter_full_params(self.actor, self.device, self.compute_dtype)
+        params = self.lora.sync_tensors(self.actor, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
@@ -254,13 +274,17 @@ class ActorRolloutRefWorker:
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> None:
-        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states."""
+        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states. With LoRA:
+        ``adapter/`` (the PEFT adapter, what resume loads), ``hf/`` the merged model, and the adapters' optimizer."""
         directory = Path(directory)
         with self.actor_offload.on_device(optimizer=True):  # the state-dict gather is a device collective
             model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
         if self.rank == 0:
             hf_dir = directory / "hf"
             unwrapped = self.actor
+            if self.lora.on:
+                model_sd = self.lora.export(directory, model_sd, self.tokenizer)
+                unwrapped = self.actor.get_base_model()
             unwrapped.save_pretrained(hf_dir, state_dict=model_sd, safe_serialization=True)
             self.tokenizer.save_pretrained(hf_dir)
             torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict()},
@@ -276,12 +300,14 @@ class ActorRolloutRefWorker:
         from safetensors.torch import load_file
 
         model_sd = {}
-        for f in sorted((directory / "hf").glob("*.safetensors")):
+        if self.lora.on:  # the adapter; the frozen base comes from the base model, as at the start
+            model_sd = self.lora.adapter_state(directory, self.actor)
+        for f in sorted((directory / "hf").glob("*.safetensors")) if not self.lora.on else []:
             model_sd.update(load_file(str(f)))
         state = torch.load(directory / "actor_optim.pt", weights_only=False)
         with self.actor_offload.on_device(optimizer=True):
             self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
-            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
+            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"], strict=not self.lora.on)
         self.scheduler.load_state_dict(state["scheduler"])
         rng_file = directory / f"rng_rank{self.rank}.pt"
         if rng_file.exists():

@@ -61,6 +61,24 @@ def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Di
         yield completions_to_batch(part, generator.generate(part, params), start, with_tools)
 
 
+def adapter_only_sync(cfg) -> bool:
+    """Whether weight syncs send the LoRA adapter alone (``actor.lora.rank`` > 0 and not ``merge_for_rollout``)."""
+    return cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout
+
+
+def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str):
+    """The worker's rollout engine (``rollout.engine``); a vLLM engine that will take adapter-only syncs starts with
+    LoRA enabled at the adapter's rank."""
+    from reasonrl.rollout import make_rollout_engine, resolve_engine_name
+
+    max_len = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+    if adapter_only_sync(cfg) and resolve_engine_name(cfg.rollout.engine) == "vllm":
+        from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(model_path, cfg.rollout, dtype, device, max_len, lora_rank=cfg.actor.lora.rank)
+    return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len)
+
+
 class EngineHost:
     """One rollout engine (``engine``) and its phases, for the worker that holds it."""
 
@@ -113,6 +131,16 @@ class EngineHost:
         self.engine.finish_weight_update()
         self.wake(("kv_cache",))
         return moved
+
+    def load_adapter(self, named_tensors: Iterable[NamedTensor], adapter_config: dict) -> int:
+        """A LoRA adapter-only sync (``actor.lora.merge_for_rollout=false``): the engine's weights woken, the adapter
+        (PEFT's saved names) loaded by the engine (hf: onto its base copy; vLLM: a new ``LoRARequest``), the KV cache
+        woken. Returns the bytes loaded."""
+        tensors = list(named_tensors)
+        self.wake(("weights",))
+        self.engine.load_adapter(tensors, adapter_config)
+        self.wake(("kv_cache",))
+        return sum(tensor_nbytes(t) for _, t in tensors)
 
     def sequence_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> List[float]:
         """The engine's log-probs (temperature 1) of ``response_ids`` after ``prompt_ids``."""

@@ -83,10 +83,11 @@ class Policy:
 
     @classmethod
     def reference(cls, model: Optional[torch.nn.Module], cfg, batch_plan: BatchPlan, device: str, world_size: int,
-                  adapters_off: bool = False) -> "Policy":
-        """The reference: no optimizer; its own offload setting (``ref.offload_params``) unless it shares the actor's
-        model (``adapters_off``: then the actor's offloader brings the shared model in)."""
-        offload = Offloader("ref", model, device, cfg.ref.offload_params and not adapters_off)
+                  shared_offload: Optional[Offloader] = None) -> "Policy":
+        """The reference: no optimizer; its own offload setting (``ref.offload_params``). ``shared_offload``: the
+        actor's offloader, when the reference is the actor's own LoRA model with its adapters disabled (one copy)."""
+        adapters_off = shared_offload is not None
+        offload = shared_offload or Offloader("ref", model, device, cfg.ref.offload_params)
         budget = cfg.ref.max_tokens_per_micro_batch or cfg.actor.max_tokens_per_micro_batch
         return cls("ref", model, cfg, batch_plan, device, world_size, offload, budget, adapters_off=adapters_off)
 

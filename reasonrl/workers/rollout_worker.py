@@ -17,11 +17,11 @@ import torch
 from reasonrl.config import from_dict
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
-from reasonrl.rollout import make_rollout_engine
+from reasonrl.models.lora import adapter_config_for, is_adapter_param
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, dispatch
-from .engine_host import EngineHost
+from .engine_host import EngineHost, make_engine
 
 
 class RolloutWorker:
@@ -37,10 +37,10 @@ class RolloutWorker:
         elif num_threads:
             torch.set_num_threads(num_threads)
         torch.manual_seed(self.cfg.trainer.seed + 1000 * (rank + 1))
+        self.model_path = model_path
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.dtype = torch_dtype(self.cfg.model.dtype, self.device)
-        max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
-        engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.dtype, self.device, max_len)
+        engine = make_engine(self.cfg, model_path, self.tokenizer, self.dtype, self.device)
         self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
@@ -79,9 +79,17 @@ class RolloutWorker:
 
     @dispatch(ONE_TO_ALL)
     def receive_weights(self, specs: List[weight_transfer.ParamSpec], version: int) -> Dict[str, float]:
-        """Take the actor's weights of ``version`` from the transfer group, bucket by bucket, into the engine."""
+        """Take the actor's weights of ``version`` from the transfer group, bucket by bucket, into the engine (a LoRA
+        adapter-only sync: the adapter's tensors, loaded as the engine's adapter once all have arrived)."""
         start = time.perf_counter()
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        if specs and all(is_adapter_param(s.name) for s in specs):
+            tensors = [t for bucket in weight_transfer.receive(self.group, specs, bucket_bytes, self.device)
+                       for t in bucket]
+            config = adapter_config_for(self.cfg.actor.lora, [s.name for s in specs], self.model_path)
+            moved = self.host.load_adapter(tensors, config)
+            self.version = version
+            return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
         # the sync is finished here (vLLM: the reload session closed now, not at the next generate)
         moved = self.host.load_weights(weight_transfer.receive(self.group, specs, bucket_bytes, self.device))
         self.version = version
