@@ -30,7 +30,7 @@ class LoraTargetError(ValueError):
 
 
 def _decoder_layers(model: nn.Module) -> List[nn.Module]:
-    from reasonrl.workers.fsdp import decoder_layers  # the same blocks FSDP2 shards
+    from .loader import decoder_layers  # the same blocks FSDP2 shards
 
     return decoder_layers(model)
 

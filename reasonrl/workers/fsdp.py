@@ -13,21 +13,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-
-def decoder_layers(model) -> list:
-    """The transformer blocks of a causal LM (each becomes its own FSDP2 unit); of a peft-wrapped (LoRA) model,
-    those of the model inside."""
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    for attr in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
-        obj = model
-        try:
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return list(obj)
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+from reasonrl.models.loader import decoder_layers  # noqa: F401  (re-exported: FSDP2 shards these blocks)
 
 
 def compile_decoder_layers(model) -> int:
