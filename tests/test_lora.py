@@ -121,12 +121,14 @@ def trained(model_path):
 @pytest.mark.slow
 def test_reference_with_adapters_off_is_the_base_model_exactly(trained, model_path):
     from reasonrl.models import load_causal_lm
-    from reasonrl.workers.policy import mb_log_probs
+    from reasonrl.workers.fsdp import Offloader
+    from reasonrl.workers.policy import Policy
 
     worker, batch, scored = trained
     base = load_causal_lm(model_path, torch.float32).eval()
-    with torch.no_grad():
-        want, _ = mb_log_probs(worker.cfg, base, batch, False)
+    # the freshly loaded base through the same Policy core (same micro-batches, so the same padded widths)
+    plain = Policy("base", base, worker.cfg, worker.batch_plan, "cpu", 1, Offloader("base", base, "cpu", False))
+    want, _ = plain.log_probs(batch, False)
     ref = worker.compute_ref_log_probs(batch)["ref_log_probs"]
     assert torch.equal(ref, want)  # bit for bit: the same weights, the adapters bypassed
     assert torch.equal(ref, scored["ref_log_probs"])  # training the adapters left the reference where it was
