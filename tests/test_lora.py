@@ -172,9 +172,11 @@ def test_adapter_only_sync_brings_the_engine_to_the_actor_and_merged_equals_it(t
     host = EngineHost(HFRolloutEngine.from_pretrained(model_path, worker.tokenizer, torch.float32, "cpu"),
                       worker.tokenizer, cfg, "cpu")
     moved = host.load_weights(iter_buckets(merged.sync_tensors(worker.actor, "cpu", torch.float32), 2**24))
-    assert moved > 100 * adapter_bytes  # the whole model
+    base_bytes = sum(p.numel() * 4 for n, p in worker.actor.named_parameters() if not lora_lib.is_adapter_param(n))
+    assert moved == base_bytes  # the whole model, each adapted weight merged (55x the adapter for SmolLM2 at r 8)
     merged_lp = host.sequence_logprobs(PROMPT, RESPONSE)
-    torch.testing.assert_close(torch.tensor(merged_lp), torch.tensor(adapter_lp), atol=1e-4, rtol=0)
+    # x (W + s B A) against x W + s (x A) B in fp32: rounding only, far below the adapter's effect (> 0.1 here)
+    torch.testing.assert_close(torch.tensor(merged_lp), torch.tensor(adapter_lp), atol=1e-3, rtol=0)
 
 
 @pytest.mark.slow
