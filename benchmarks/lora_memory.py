@@ -112,6 +112,8 @@ def main() -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3, help="syncs timed per variant (median reported)")
     parser.add_argument("--out", default=str(RESULTS / "lora_memory.json"))
+    parser.add_argument("--variants", nargs="+", default=["full", "adapter_only", "merged"],
+                        help="which to run (the summary needs full and adapter_only)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from reasonrl.models import resolve_model_path
@@ -122,11 +124,16 @@ def main() -> int:
         f"lora_r{args.rank}_adapter_only": [f"actor.lora.rank={args.rank}"],
         f"lora_r{args.rank}_merged": [f"actor.lora.rank={args.rank}", "actor.lora.merge_for_rollout=true"],
     }
+    wanted = {"full": "full", f"lora_r{args.rank}_adapter_only": "adapter_only", f"lora_r{args.rank}_merged": "merged"}
+    variants = {k: v for k, v in variants.items() if wanted[k] in args.variants}
     results = {}
     for name, extra in variants.items():
         print(f"-- {name}", flush=True)
         results[name] = measure(model_path, extra, args.repeats)
         print(json.dumps(results[name]), flush=True)
+    if "full" not in results or f"lora_r{args.rank}_adapter_only" not in results:
+        print("no summary: it compares full with adapter_only (both printed above)")
+        return 0
     full, lora = results["full"], results[f"lora_r{args.rank}_adapter_only"]
     summary = {
         "actor_ref_optimizer_mib": {"full": full["actor_ref_optimizer_mib"], "lora": lora["actor_ref_optimizer_mib"]},
@@ -135,7 +142,7 @@ def main() -> int:
         "saved_by_the_optimizer_mib": full["optimizer_state_mib"] - lora["optimizer_state_mib"],
         "sync_bytes_ratio_full_over_adapter": full["sync_bytes"] / lora["sync_bytes"],
         "sync_s_median": {"full": full["sync_s_median"], "adapter_only": lora["sync_s_median"],
-                          "merged": results[f"lora_r{args.rank}_merged"]["sync_s_median"]},
+                          "merged": results.get(f"lora_r{args.rank}_merged", {}).get("sync_s_median")},
     }
     result = {"benchmark": "lora_memory", "model": "SmolLM2-135M-Instruct", "device": "cpu", "dtype": "float32",
               "engine": "hf", "lora_rank": args.rank, "lora_targets": "default (every decoder-layer projection)",
