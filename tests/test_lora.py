@@ -245,12 +245,13 @@ def test_vllm_engine_serves_the_synced_adapter(model_path):
         with pytest.raises(AdapterNotInEngineError):
             worker.check_weight_sync(PROMPT, RESPONSE)
         worker.sync_weights()
-        check = worker.check_weight_sync(PROMPT, RESPONSE)
-        assert check["weight_sync/logprob_diff_max"] < 1e-3  # vLLM's LoRA kernels vs peft, fp32
-        assert check["weight_sync/engine_vs_base_max"] > 10 * check["weight_sync/logprob_diff_max"]
-        worker.update_actor(scored)  # a second version of the adapter replaces the first
-        worker.sync_weights()
-        assert worker.check_weight_sync(PROMPT, RESPONSE)["weight_sync/logprob_diff_max"] < 1e-3
+        # vLLM's LoRA kernels vs peft in fp32: ~1e-3 nats at most, while the adapter moves the log-probs by nats
+        for version in (1, 2):  # the second version of the adapter replaces the first (a new LoRARequest id)
+            check = worker.check_weight_sync(PROMPT, RESPONSE)
+            assert check["weight_sync/logprob_diff_max"] < 5e-3, version
+            assert check["weight_sync/engine_vs_base_max"] > 100 * check["weight_sync/logprob_diff_max"], version
+            worker.update_actor(scored)
+            worker.sync_weights()
         rows = worker.generate(_prompts(), {"n": 2, "max_new_tokens": 4, "temperature": 1.0})
         assert len(rows) == 2
     finally:
