@@ -6,7 +6,12 @@
 Each seed runs ``python -m reasonrl.train task=arith algorithm=<algo> trainer.seed=<seed> ...`` (validation before
 training and every ``--val-every`` steps on the held-out split, greedy), then this script reads the run's
 ``metrics.jsonl`` and writes ``benchmarks/results/learning_curve_<algo>.json`` and ``learning_curve_<algo>.png``
-(training reward and held-out accuracy per step, one line per seed).
+(training reward and held-out accuracy per step, one line per seed). ``--label`` names a variant instead of the
+algorithm (its run directories and ``learning_curve_<label>.json``), so that e.g. LoRA and full fine-tuning at the
+learning rate that suits each sit side by side:
+
+    python benchmarks/learning_curve.py --label grpo_lora16 -- actor.lora.rank=16 actor.lr=2e-5
+    python benchmarks/learning_curve.py --label grpo_full -- actor.lr=2e-6
 
 The summary states held-out accuracy at step 0 and at the last validation (mean and std over seeds), the gain, and
 two noise yardsticks: the run-to-run std of the final accuracy and the binomial standard error of a difference of two
@@ -128,7 +133,7 @@ def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str], name
                  task: str = "arith", script: Optional[Path] = None) -> List[str]:
     """The command line of one seed: ``reasonrl.train``, or (``--driver local``) ``script``'s in-process trainer
     (default this script's). ``name`` (default the algorithm) names the run's folder, ``<name>_seed<seed>``."""
-    run_dir = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}"
+    run_dir = Path(args.runs_dir) / f"{name or getattr(args, 'label', None) or algorithm}_seed{seed}"
     cmd = train_command(algorithm, seed, args.steps, args.val_every, run_dir, overrides, task)
     if args.driver == "local":  # same arguments, trainer in-process (the in-process backend)
         cmd = [sys.executable, str(script or Path(__file__).resolve()), "--in-process-train", *cmd[3:],
@@ -169,14 +174,14 @@ def run_seeds(algorithm: str, args, overrides: Sequence[str], name: Optional[str
 
     for seed in args.seeds:
         cmd = seed_command(algorithm, seed, args, overrides, name, task, script)
-        run_dir = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}"
+        run_dir = Path(args.runs_dir) / f"{name or getattr(args, 'label', None) or algorithm}_seed{seed}"
         run = {"seed": seed, "command": " ".join(cmd[1:]), "driver": args.driver, "run_dir": str(run_dir),
                "wall_s": None, "stopped_at_limit": False}
         started.append(run)
         print("$", " ".join(cmd), flush=True)
         if args.reuse and (run_dir / "metrics.jsonl").exists():
             continue
-        log_path = Path(args.runs_dir) / f"{name or algorithm}_seed{seed}.log"
+        log_path = Path(args.runs_dir) / f"{name or getattr(args, 'label', None) or algorithm}_seed{seed}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
         if args.driver == "local":
@@ -211,6 +216,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return train_in_process(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default="grpo", help="an algorithm preset: grpo, ppo, rloo, ...")
+    parser.add_argument("--label", default="",
+                        help="the variant's name (run directories, learning_curve_<label>.json); default the algorithm")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--val-every", type=int, default=5)
@@ -234,21 +241,22 @@ def main(argv: Optional[List[str]] = None) -> int:
                  *args.overrides]
 
     runs = run_seeds(args.algorithm, args, overrides)
-    out = Path(args.out) if args.out else RESULTS / f"learning_curve_{args.algorithm}.json"
+    label = args.label or args.algorithm
+    out = Path(args.out) if args.out else RESULTS / f"learning_curve_{label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     result = {
-        "benchmark": "learning_curve", "algorithm": args.algorithm, "task": "arith", "seeds": args.seeds,
+        "benchmark": "learning_curve", "algorithm": args.algorithm, "label": label, "task": "arith", "seeds": args.seeds,
         "steps": args.steps, "val_every": args.val_every, "note": args.note, "time_limit_s": args.time_limit_s,
         "driver": args.driver, "overrides": overrides,
         "machine": machine(),
         "summary": summarize(runs, args.val_size), "runs": runs, "plot": str(png.relative_to(ROOT))
         if png.is_relative_to(ROOT) else str(png),
     }
-    plot(runs, args.algorithm, png)
+    plot(runs, label, png)
     out.write_text(json.dumps(result, indent=2))
     s = result["summary"]
-    print(f"{args.algorithm}: held-out accuracy {s['val_accuracy_step0']['mean']:.3f} -> "
+    print(f"{label}: held-out accuracy {s['val_accuracy_step0']['mean']:.3f} -> "
           f"{s['val_accuracy_final']['mean']:.3f} (gain {s['gain']['mean']:+.3f} ± {s['gain']['std']:.3f} over "
           f"{len(runs)} seeds; binomial SE {s['noise']['binomial_se_of_difference']:.3f}); "
           f"beyond noise: {s['improved_beyond_noise']}; wrote {out} and {png}", flush=True)

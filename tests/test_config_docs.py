@@ -56,12 +56,21 @@ def test_every_leaf_field_is_documented_with_its_runtime_default():
             documented[section.name] = section.default
         else:
             for f in classes[section.section].fields:
-                documented[f"{section.name}.{f.name}"] = f.default
+                if f.section is None:
+                    documented[f"{section.name}.{f.name}"] = f.default
+                else:  # a section inside a section (actor.lora)
+                    for g in classes[f.section].fields:
+                        documented[f"{section.name}.{f.name}.{g.name}"] = g.default
     expected = {}
     for section in dataclasses.fields(Config):
         value = runtime[section.name]
         if isinstance(value, dict) and dataclasses.is_dataclass(section.default_factory):
-            expected.update({f"{section.name}.{k}": render_value(v) for k, v in value.items()})
+            for k, v in value.items():
+                if isinstance(v, dict) and v and all(isinstance(x, str) for x in v) and \
+                        dataclasses.is_dataclass(getattr(section.default_factory(), k)):
+                    expected.update({f"{section.name}.{k}.{kk}": render_value(vv) for kk, vv in v.items()})
+                else:
+                    expected[f"{section.name}.{k}"] = render_value(v)
         else:
             expected[section.name] = render_value(value)
     # The AST reading of defaults (constants, lambdas, literals) equals what the dataclasses really hold.

@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from .placement_schema import validate_placement
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
 from .env_schema import check_env_config
+from .lora_schema import validate_lora
 from .ranges import FIELD_RANGES
 from .reward_sources_schema import validate_reward_sources
 from .schema import Config
@@ -158,6 +159,7 @@ def validate(cfg: Config) -> None:
     _validate_curriculum(cfg, need)
     validate_reward_sources(cfg, need)  # reward.model / judge / remote / sources (reward_sources_schema.py)
     validate_placement(cfg, need)  # the placement section's shape (placement_schema.py)
+    validate_lora(cfg, need)
     for k in cfg.eval.k:
         need(1 <= k <= cfg.eval.n, "eval.k", f"each k must be between 1 and eval.n ({cfg.eval.n}); got {k}")
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from .algorithm_schema import AlgorithmConfig
 from .env_schema import EnvConfig
+from .lora_schema import LoraConfig
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -172,6 +173,7 @@ class ActorConfig:
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
     updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once
     (with dynamic shapes)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

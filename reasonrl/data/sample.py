@@ -19,6 +19,11 @@ from .collate import collate_rollout
 TOOL_STATS = ("turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds")
 """The tool loop's per-response counters (``rollout.multiturn.tool_meta``)."""
 
+ROW_KEYS = ("prompt_row", "prompt_ids", "response_ids", "response_text", "rollout_log_probs", "finish_reason",
+            "tool_mask", "weights_version")
+"""The engines' per-response meta that becomes a Sample's own fields; any other column (the tool loop's counters,
+an environment's name, reward, drift and conversation) goes to ``Sample.extra``."""
+
 
 @dataclass
 class Sample:
@@ -38,8 +43,10 @@ class Sample:
     """``stop`` or ``length`` (the engine's)."""
     tool_mask: Optional[List[int]] = None
     """1 for tokens a tool wrote (left out of the loss); None for a plain rollout."""
-    tool_stats: Dict[str, float] = field(default_factory=dict)
-    """The tool loop's counters of this response (``TOOL_STATS``)."""
+    extra: Dict[str, Any] = field(default_factory=dict)
+    """The engines' other per-response fields: the tool loop's counters (``TOOL_STATS``) and, with environments,
+    ``env``, ``env_reward``, ``env_failed``, ``env_drift``, ``calls_per_tool``, ``malformed_calls``,
+    ``conversation`` (``reasonrl.envs.metrics``)."""
     weights_version: Optional[int] = None
     """The step whose weights generated it (async rollout workers stamp it; None when colocated)."""
     verifier: str = ""
@@ -50,6 +57,11 @@ class Sample:
     @property
     def prompt_ids(self) -> List[int]:
         return self.prompt.token_ids
+
+
+def columns(samples: Sequence[Sample], keys: Sequence[str]) -> Dict[str, List[Any]]:
+    """The ``extra`` fields ``keys`` of ``samples`` as per-response columns (the keys every sample has)."""
+    return {k: [s.extra[k] for s in samples] for k in keys if samples and all(k in s.extra for s in samples)}
 
 
 @dataclass
@@ -102,8 +114,7 @@ def samples_from_generation(prompts: Sequence[Any], gen: Batch) -> List[Sample]:
         out.append(Sample(
             prompt=prompts[row], group=row, response_ids=gen["response_ids"][j], response_text=gen["response_text"][j],
             rollout_log_probs=gen["rollout_log_probs"][j], finish_reason=gen["finish_reason"][j],
-            tool_mask=gen["tool_mask"][j] if has_tools else None,
-            tool_stats={k: gen[k][j] for k in TOOL_STATS if k in gen} if has_tools else {},
+            tool_mask=gen["tool_mask"][j] if has_tools else None, extra={k: gen[k][j] for k in others},
             weights_version=None if versions is None else versions[j]))
     return out
 

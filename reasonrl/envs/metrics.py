@@ -9,6 +9,11 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
 
+ENV_COLUMNS = ("env", "turns", "calls_per_tool", "malformed_calls", "env_failed", "tool_seconds", "env_drift",
+               "env_reward")
+"""The per-response columns ``env_metrics`` and ``with_env_failures`` read."""
+
+
 def _column(gen: Any, key: str) -> Optional[List[Any]]:
     try:
         return list(gen[key])

@@ -34,9 +34,19 @@ class EvalError(RuntimeError):
 def resolve_eval_model(path: str) -> str:
     """A loadable model directory for ``model.path``: a training checkpoint directory resolves to its ``hf/``
     export, a training run directory to the export of its latest checkpoint (step numbers are zero-padded, so
-    name order is step order); a hub id or the default model resolves as in training (``resolve_model_path``)."""
+    name order is step order); a PEFT adapter directory (``adapter_config.json``: a LoRA checkpoint's ``adapter/``)
+    to its base model with the adapter merged in (built once, cached; ``models.lora.merged_model_dir``); a hub id or
+    the default model resolves as in training (``resolve_model_path``)."""
     from reasonrl.models import resolve_model_path
+    from reasonrl.models.lora import is_adapter_dir, merged_model_dir
 
+    if os.path.isdir(path) and is_adapter_dir(path):
+        try:
+            merged = merged_model_dir(path)
+        except (OSError, ValueError) as exc:
+            raise EvalError(f"model.path={path} is a LoRA adapter directory that cannot be applied: {exc}") from None
+        log.info("model.path=%s is a LoRA adapter; evaluating its base with the adapter merged (%s)", path, merged)
+        return merged
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")):
         export = os.path.join(path, "hf")
         if os.path.exists(os.path.join(export, "config.json")):

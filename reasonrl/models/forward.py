@@ -89,7 +89,8 @@ def fused_lm_head(model) -> Optional[nn.Linear]:
     config = getattr(model, "config", None)
     if any(getattr(config, name, None) is not None for name in LOGIT_TRANSFORM_FIELDS):
         return None
-    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft passes kwargs through
+    if "logits_to_keep" not in inspect.signature(inner.forward).parameters:
         return None
     return head
 

@@ -160,3 +160,19 @@ def load_causal_lm(path: str, dtype: torch.dtype, trust_remote_code: bool = Fals
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code,
                                                 attn_implementation=attn)
+
+
+def decoder_layers(model) -> list:
+    """The transformer blocks of a causal LM (each becomes its own FSDP2 unit); of a peft-wrapped (LoRA) model,
+    those of the model inside."""
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    for attr in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
+        obj = model
+        try:
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return list(obj)
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")

@@ -153,6 +153,24 @@ class HFRolloutEngine:
                 raise KeyError(f"hf engine: unknown parameter {name!r}")
             self._params[name].copy_(tensor.to(self._params[name].dtype))
 
+    @torch.no_grad()
+    def load_adapter(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], adapter_config: dict) -> None:
+        """Apply a new version of the LoRA adapter (PEFT's saved names; ``adapter_config``: its
+        ``adapter_config.json``) to this engine's copy of the base model: the first call wraps the model with peft,
+        every call loads the tensors (peft's ``set_peft_model_state_dict``). A tensor the adapter does not have, or
+        an adapter tensor left out, is an error naming it."""
+        from peft import get_peft_config, get_peft_model, set_peft_model_state_dict
+
+        if not hasattr(self.model, "peft_config"):
+            config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items()}
+            self.model = get_peft_model(self.model, get_peft_config(config)).eval()
+        state = {name: tensor for name, tensor in named_tensors}
+        result = set_peft_model_state_dict(self.model, state)
+        missing = [k for k in result.missing_keys if ".lora_" in k]
+        if result.unexpected_keys or missing:
+            raise KeyError(f"hf engine: adapter tensors that do not fit: unexpected {result.unexpected_keys[:5]}, "
+                           f"missing {missing[:5]}")
+
     def finish_weight_update(self) -> None:
         """Nothing to finish: ``update_weights`` copies straight into the live parameters."""
 

@@ -70,11 +70,12 @@ class VLLMRolloutEngine:
     name = "vllm"
 
     def __init__(self, model_path: str, cfg: RolloutConfig, dtype: torch.dtype, device: str, max_model_len: int,
-                 sleep_level: int = 1):
+                 sleep_level: int = 1, lora_rank: int = 0):
         """Start the engine (seeded with ``cfg.seed``: per-request seeds crash vLLM on CPU when n > 1).
 
         ``sleep_level`` (GPU only): 1 keeps a CPU copy of the weights while asleep; 2 discards them, which is
         cheaper but requires a full ``update_weights`` between ``wake_up(["weights"])`` and the next rollout.
+        ``lora_rank`` > 0: the engine serves a LoRA adapter of that rank (``load_adapter``).
         """
         from vllm import LLM
 
@@ -95,6 +96,10 @@ class VLLMRolloutEngine:
             model_path, dtype, cfg.seed, enforce_eager_for(cfg.enforce_eager, device), max_model_len, self.on_cpu,
             int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep)
         kwargs.update(tensor_parallel_kwargs(cfg.tensor_parallel_size))
+        kwargs.update(vllm_compat.lora_kwargs(lora_rank))
+        self._lora = None  # the LoRARequest of the adapter every call uses (load_adapter), None: the base model
+        self._lora_versions = 0
+        self._lora_dir: Optional[str] = None
         set_num_threads = torch.set_num_threads
         self.llm = LLM(**kwargs)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op, for the OpenMP core binding its
@@ -124,7 +129,8 @@ class VLLMRolloutEngine:
         # vLLM refuses n > 1 at temperature 0; greedy samples are all alike, so ask n times for one each.
         copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
         requests = [vllm_compat.tokens_prompt(ids) for ids in prompt_token_ids for _ in range(copies)]
-        outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False)
+        outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False,
+                                    lora_request=self._lora)
         # vLLM runs without detokenising (its incremental detokeniser works per token inside the engine loop); the
         # texts are decoded here in one batched call of the fast tokenizer, once each sample is complete.
         samples = [c for out in outputs for c in out.outputs]
@@ -158,7 +164,8 @@ class VLLMRolloutEngine:
                 raise ValueError(f"prompt {i} is empty: the first token has no log-prob")
         wanted = [i for i, r in enumerate(responses) if r]
         outs = self.llm.generate([vllm_compat.tokens_prompt(list(prompts[i]) + list(responses[i])) for i in wanted],
-                                 vllm_compat.prompt_logprob_params(), use_tqdm=False) if wanted else []
+                                 vllm_compat.prompt_logprob_params(), use_tqdm=False,
+                                 lora_request=self._lora) if wanted else []
         result: List[List[float]] = [[] for _ in prompts]
         for i, out in zip(wanted, outs):
             result[i] = vllm_compat.prompt_logprobs_of(out, len(prompts[i]), responses[i])
@@ -198,6 +205,26 @@ class VLLMRolloutEngine:
         self.last_sync["tensors"] += len(weights)
         self.last_sync["bytes"] += sum(tensor_nbytes(t) for _, t in weights)
         self.last_sync["buckets"] += 1
+
+    def load_adapter(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], adapter_config: dict) -> None:
+        """Serve a new version of the LoRA adapter (PEFT's saved names, full tensors; ``adapter_config``: its
+        ``adapter_config.json``): saved as a PEFT directory and used from the next call on through a
+        ``LoRARequest`` with a new id (vLLM caches adapters by id). Needs an engine started with ``lora_rank``."""
+        import shutil
+        import tempfile
+
+        from reasonrl.models.lora import save_adapter_dir
+
+        if "weights" in self._asleep:
+            raise RuntimeError("load_adapter while the weights are asleep: call wake_up(['weights']) first")
+        self._lora_versions += 1
+        directory = tempfile.mkdtemp(prefix=f"reasonrl_lora_v{self._lora_versions}_")
+        save_adapter_dir(directory, {n: t.float() for n, t in named_tensors}, adapter_config)
+        old, self._lora_dir = self._lora_dir, directory
+        self._lora = vllm_compat.lora_request(f"reasonrl_v{self._lora_versions}", self._lora_versions, directory)
+        self.llm.reset_prefix_cache()  # cached KV was computed under the old adapter
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
     def finish_weight_update(self) -> None:
         """End a sync: finish the CPU reload session and drop KV blocks cached under the old weights.
@@ -250,6 +277,10 @@ class VLLMRolloutEngine:
 
     def shutdown(self) -> None:
         """Release the engine (tests and benchmarks that start another one in the same process)."""
+        if getattr(self, "_lora_dir", None):
+            import shutil
+
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             vllm_compat.shutdown(llm)

@@ -114,3 +114,32 @@ def sequence_logprobs_check(engine, reference_model: torch.nn.Module, token_ids:
     engine_side = engine.sequence_logprobs([list(token_ids[:1])], [list(token_ids[1:])])[0]
     reference_side = reference_sequence_logprobs(reference_model, token_ids)
     return logprob_diff(engine_side, reference_side.tolist())
+
+
+class AdapterNotInEngineError(RuntimeError):
+    """After a LoRA sync the engine scores a fixed sequence as the base model does, not as the actor with its
+    adapter: the adapter did not take effect (the run stops; docs/lora.md)."""
+
+
+ADAPTER_SIGNAL = 10.0
+"""The check decides only when the adapter moves the actor's log-probs at least this many times more than the engine
+differs from the base (a clear signal over the engines' numerical noise)."""
+
+
+def check_adapter_reached_engine(engine_logprobs: Sequence[float], actor_logprobs: Sequence[float],
+                                 base_logprobs: Sequence[float]) -> dict:
+    """A LoRA run's weight-sync check: ``weight_sync/adapter_effect_max`` (|actor - base|: what the adapter changes)
+    and ``weight_sync/engine_vs_base_max``, next to the usual engine-vs-actor numbers. Raises
+    ``AdapterNotInEngineError`` when the engine is plainly the base model: the adapter moves the log-probs more than
+    ``ADAPTER_SIGNAL`` times the engine's distance to the base, and the engine is further from the actor than half
+    the adapter's effect. With an adapter too small to tell (the first steps, B starts at 0) it decides nothing."""
+    to_actor = logprob_diff(engine_logprobs, actor_logprobs).max_abs
+    to_base = logprob_diff(engine_logprobs, base_logprobs).max_abs
+    effect = logprob_diff(actor_logprobs, base_logprobs).max_abs
+    if effect > ADAPTER_SIGNAL * to_base and to_actor > 0.5 * effect:
+        raise AdapterNotInEngineError(
+            f"weight sync: the LoRA adapter did not take effect in the rollout engine: its log-probs of the check "
+            f"sequence are the base model's (max |engine - base| {to_base:.2e}) while the actor with its adapter "
+            f"differs from the base by {effect:.2e} (max |engine - actor| {to_actor:.2e}). The engine is generating "
+            "with stale weights; see docs/lora.md (\"When the adapter does not reach the engine\").")
+    return {"weight_sync/adapter_effect_max": effect, "weight_sync/engine_vs_base_max": to_base}

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from reasonrl.algorithms import kl_penalty, masked_mean
-from reasonrl.data.sample import TOOL_STATS
+from reasonrl.data.sample import TOOL_STATS, columns
 
 
 class PhaseTimer:
@@ -76,7 +76,10 @@ def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch
                                     [results[i].correct for i in judged]))
     if samples and samples[0].tool_mask is not None:  # multi-turn tool rollout (tool.enabled)
         out.update(tool_metrics({"tool_mask": [s.tool_mask for s in samples],
-                                 **{k: [s.tool_stats.get(k, 0) for s in samples] for k in TOOL_STATS}}))
+                                 **{k: [s.extra.get(k, 0) for s in samples] for k in TOOL_STATS}}))
+        from reasonrl.envs.metrics import ENV_COLUMNS, env_metrics
+
+        out.update(env_metrics(columns(samples, ENV_COLUMNS), results))  # environments: {} when the rows have none
     return out
 
 

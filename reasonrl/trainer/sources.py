@@ -31,7 +31,7 @@ from reasonrl.fault_points import arrive, run_in_actor
 from reasonrl.rewards import verify_item
 
 from .metrics import PhaseTimer
-from .streaming import collect_stream, generate_and_verify, prompt_batch
+from .streaming import collect_stream, generate_and_verify, mark_env_failures, prompt_batch
 
 PENDING_ROUNDS = "pending_rounds.pkl"
 """The file of an async checkpoint that holds the rounds generated ahead and the rollout engines' random state."""
@@ -70,7 +70,7 @@ class ColocatedSource:
                    if s.group < len(real)]
         items = [verify_item(s.prompt.row, s.response_text, self.reward_cfg) for s in samples]
         attach_results(samples, items, self.pool.verify_batch(items))
-        return samples
+        return mark_env_failures(samples)
 
     def before_update(self, timer: PhaseTimer) -> None:
         with timer("sleep"):

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Sequence
 
 from reasonrl.controller.worker_group import GenerationError  # noqa: F401  (raised by iter_stream)
 from reasonrl.data.batch import Batch
-from reasonrl.data.sample import Sample, attach_results, samples_from_generation
+from reasonrl.data.sample import Sample, attach_results, columns, samples_from_generation
 from reasonrl.rewards import verify_item
 
 from .metrics import PhaseTimer
@@ -33,7 +33,7 @@ def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any],
         with timer("verify"):
             items = [verify_item(s.prompt.row, s.response_text, reward_cfg) for s in samples]
             attach_results(samples, items, pool.verify_batch(items))
-        return samples
+        return mark_env_failures(samples)
     return collect_stream(group, group.stream("generate_stream", prompt_batch(prompts), sampling, chunk_prompts),
                           prompts, pool, reward_cfg, timer)
 
@@ -57,4 +57,16 @@ def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, rewa
     with timer("verify"):  # only what verification has left once the last response is in
         for samples, items, submission in submitted:
             attach_results(samples, items, submission.result())
-    return [s for engine in pieces for part in engine for s in part]
+    return mark_env_failures([s for engine in pieces for part in engine for s in part])
+
+
+def mark_env_failures(samples: List[Sample]) -> List[Sample]:
+    """A sample whose environment crashed or hung (``extra["env_failed"]``) has no verdict: its result becomes a
+    failure naming the environment (left out of the advantages and the loss, counted)."""
+    from reasonrl.envs.metrics import with_env_failures
+
+    cols = columns(samples, ("env_failed", "env"))
+    if "env_failed" in cols:
+        for s, result in zip(samples, with_env_failures(cols, [s.result for s in samples])):
+            s.result = result
+    return samples

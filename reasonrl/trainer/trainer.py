@@ -300,9 +300,13 @@ class Trainer:
 
     def log_samples(self, samples: List[Sample]) -> None:
         """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``)."""
+        from reasonrl.envs.metrics import conversation_text
+
         self.logger.log_samples([{"prompt": self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
                                   "response": s.response_text, "reward": s.result.score, "verifier": s.verifier,
-                                  "failed": s.result.failed, "reason": s.result.info.get("reason", "")}
+                                  "failed": s.result.failed, "reason": s.result.info.get("reason", ""),
+                                  **({"conversation": conversation_text(s.extra["conversation"])}
+                                     if s.extra.get("conversation") else {})}
                                  for s in samples if s.group < 2], self.step + 1)
 
     def worker_groups(self) -> List[WorkerGroup]:

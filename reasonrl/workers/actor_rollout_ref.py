@@ -1,10 +1,11 @@
-"""ActorRolloutRef: one data-parallel rank of the hybrid engine.
+"""ActorRolloutRef: one data-parallel rank of the hybrid engine, the Ray-facing worker the trainer calls.
 
-It holds the FSDP2-sharded actor (with its optimizer), the rollout engine colocated in the same process, and the
-reference policy. All phase switching lives here, each phase a method the trainer calls: ``sleep_engine`` before
-training, ``sync_weights`` after an update (wakes the engine's weights, loads the new ones, wakes its KV cache), or
-``wake_engine`` when a step skips the update. ``generate`` never wakes the engine: the engine owns its sleep state
-(``asleep_parts``) and refuses to generate while asleep.
+It composes the Policy core (``policy.py``): the actor (a Policy with its optimizer) and the reference policy (the same
+class without one), and the engine host (``engine_host.py``): the rollout engine colocated in the same process. Each
+phase is a method the trainer calls: ``sleep_engine`` before training, ``sync_weights`` after an update (wakes the
+engine's weights, loads the new ones, wakes its KV cache), or ``wake_engine`` when a step skips the update.
+``generate`` never wakes the engine: the engine owns its sleep state (``asleep_parts``) and refuses to generate while
+asleep.
 
 Offload (``actor.offload_params``, ``actor.offload_optimizer``, ``ref.offload_params``): a model lives in CPU memory
 except inside the phases that use it: the actor's shards (and gradients) during old log-probs, the update and a
@@ -27,23 +28,21 @@ import torch.distributed as dist
 from reasonrl.config import from_dict
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.data.batch import Batch
-from reasonrl.data.micro_batches import micro_batch_groups, restore_order
-from reasonrl.models import load_causal_lm, load_tokenizer, torch_dtype
-from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
-from reasonrl.rollout import SLEEP_PARTS, make_rollout_engine, resolve_engine_name
+from reasonrl.models import load_tokenizer, torch_dtype
+from reasonrl.rollout import SLEEP_PARTS, resolve_engine_name
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_max, start_rank
-from .fsdp import (Offloader, compile_decoder_layers, full_state_dict, iter_full_params,
-                   load_full_state_dict, shard_model)
-from .actor_update import PolicyUpdate
-from .rollout_worker import generate_chunks, rollout_generator
+from .distributed import start_rank
+from .engine_host import EngineHost, make_engine
+from .fsdp import full_state_dict, iter_full_params, load_full_state_dict
+from .lora_sync import LoraSync
+from .policy import Policy, load_sharded_lm, mb_log_probs
 
 log = logging.getLogger(__name__)
 
 
-class ActorRolloutRefWorker(PolicyUpdate):
+class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
                  master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
         self.cfg = from_dict(config)
@@ -59,44 +58,64 @@ class ActorRolloutRefWorker(PolicyUpdate):
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.compute_dtype = torch_dtype(self.cfg.model.dtype, self.device)
 
-        self.actor = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
-                                    self.cfg.model.attn_implementation)
-        if self.cfg.model.gradient_checkpointing:
-            self.actor.gradient_checkpointing_enable()
-        self.actor.config.use_cache = False
-        if self.cfg.actor.compile:
-            compile_decoder_layers(self.actor)
-        shard_model(self.actor, self.mesh, self.device, self.compute_dtype)
-        a = self.cfg.actor
-        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=a.lr, betas=tuple(a.betas),
-                                           weight_decay=a.weight_decay)
-        warmup = max(0, a.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
-
-        self.ref = None
+        self.lora = LoraSync(self.cfg, model_path)  # actor.lora.rank 0: off, every call below as without it
+        actor_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, True,
+                                      self.lora.prepare)
+        self.policy = Policy.actor(actor_model, self.cfg, self.batch_plan, self.device, world_size,
+                                   self.lora.trainable(actor_model))
+        self.ref_policy: Optional[Policy] = None
         if self.cfg.algorithm.use_kl_loss or self.cfg.algorithm.kl_in_reward:
-            self.ref = load_causal_lm(model_path, torch.float32, self.cfg.model.trust_remote_code,
-                                      self.cfg.model.attn_implementation)
-            self.ref.requires_grad_(False)
-            shard_model(self.ref, self.mesh, self.device, self.compute_dtype)
-            self.ref.eval()
-        self.actor_offload = Offloader("actor", self.actor, self.device, a.offload_params, self.optimizer,
-                                       a.offload_optimizer)
-        self.ref_offload = Offloader("ref", self.ref, self.device, self.cfg.ref.offload_params and self.ref is not None)
+            if self.lora.on:  # the reference for free: the actor's model with its adapters disabled
+                self.ref_policy = Policy.reference(actor_model, self.cfg, self.batch_plan, self.device, world_size,
+                                                   shared_offload=self.policy.offload)
+            else:
+                ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False)
+                self.ref_policy = Policy.reference(ref_model, self.cfg, self.batch_plan, self.device, world_size)
         self.actor_offload.offload()  # before the engine starts: it sizes its KV cache by the free memory
         self.ref_offload.offload()
 
-        max_len = self.cfg.data.max_prompt_length + max(self.cfg.rollout.max_new_tokens, self.cfg.eval.max_new_tokens)
-        self.engine = None  # trainer.mode=async: no engine here, the RolloutWorkers generate on their own devices
-        self.engine_start_s: Optional[float] = None  # the trainer's startup_s/engine_start
+        self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
         if self.cfg.trainer.mode != "async":
             started = time.perf_counter()
-            self.engine = make_rollout_engine(self.cfg.rollout, model_path, self.tokenizer, self.compute_dtype,
-                                              self.device, max_len)
-            self.engine_start_s = time.perf_counter() - started
-        self.tool_rollout = None  # the multi-turn loop around the engine (tool.enabled), built on first use
+            engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device)
+            self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
+
+    # The parts, by the names the benchmarks and tests read.
+    @property
+    def actor(self) -> torch.nn.Module:
+        """The FSDP2 actor model."""
+        return self.policy.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.policy.optimizer
+
+    @property
+    def scheduler(self):
+        return self.policy.scheduler
+
+    @property
+    def actor_offload(self):
+        return self.policy.offload
+
+    @property
+    def ref(self) -> Optional[torch.nn.Module]:
+        """The reference model (None: no KL term, no reference)."""
+        return self.ref_policy.model if self.ref_policy is not None else None
+
+    @property
+    def ref_offload(self):
+        return self.ref_policy.offload if self.ref_policy is not None else _NO_OFFLOAD
+
+    @property
+    def engine(self):
+        """The colocated rollout engine (None in async mode)."""
+        return self.host.engine if self.host is not None else None
+
+    @property
+    def engine_start_s(self) -> Optional[float]:
+        return self.host.start_seconds if self.host is not None else None
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BY_ENGINE)
@@ -105,39 +124,24 @@ class ActorRolloutRefWorker(PolicyUpdate):
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
         every rank of an engine gets the same prompts (they run the engine together)."""
-        self._need_engine()
-        return next(generate_chunks(self._generator(), prompts["prompt_ids"], sampling, 0, self.cfg.tool.enabled))
+        return next(self._need_host().generate_chunks(prompts["prompt_ids"], sampling, 0))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
         """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, ``chunk_prompts`` prompts'
         responses at a time, so the verifier pool can start on them while the rest are generated."""
-        self._need_engine()
-        yield from generate_chunks(self._generator(), prompts["prompt_ids"], sampling, chunk_prompts,
-                                   self.cfg.tool.enabled)
+        yield from self._need_host().generate_chunks(prompts["prompt_ids"], sampling, chunk_prompts)
 
-    def _need_engine(self) -> None:
-        if self.engine is None:
+    def _need_host(self) -> EngineHost:
+        if self.host is None:
             raise RuntimeError("this actor worker has no rollout engine (trainer.mode=async): the RolloutWorkers "
                                "generate")
-
-    def _generator(self):
-        """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
-        if not self.cfg.tool.enabled:
-            return self.engine
-        if self.tool_rollout is None:
-            self.tool_rollout = rollout_generator(self.engine, self.tokenizer, self.cfg)
-        return self.tool_rollout
+        return self.host
 
     @dispatch(ONE_TO_ALL)
     def sleep_engine(self) -> float:
         """Free the engine's weights and KV cache while the actor trains (vLLM on GPU with
         ``rollout.free_cache_engine``; elsewhere a no-op: ``supports_sleep`` is False). Seconds taken."""
-        start = time.perf_counter()
-        if self.engine is None:  # async: the RolloutWorkers hold the engines
-            return 0.0
-        if self.engine.supports_sleep and self.cfg.rollout.free_cache_engine and not self.engine.asleep_parts:
-            self.engine.sleep()
-        return time.perf_counter() - start
+        return self.host.sleep() if self.host is not None else 0.0  # async: the RolloutWorkers hold the engines
 
     @dispatch(ONE_TO_ALL)
     def wake_engine(self) -> float:
@@ -148,60 +152,29 @@ class ActorRolloutRefWorker(PolicyUpdate):
         return time.perf_counter() - start
 
     def _wake_engine(self, parts) -> None:
-        if self.engine is None:
-            return
-        parts = [p for p in parts if p in self.engine.asleep_parts]
-        if not parts:
-            return
-        if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its memory
-            torch.cuda.empty_cache()
-        self.engine.wake_up(parts)
+        if self.host is not None:
+            self.host.wake(parts)
 
     # ------------------------------------------------------------------ log-probs
-    def _micro_batches(self, batch: Batch, max_tokens: int) -> List[List[int]]:
-        """Row groups of ``batch``, one per forward (fixed row counts, or a token budget: the same count on every
-        rank, since each forward is an FSDP collective)."""
-        return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
-                                  self.batch_plan.micro_batch_rows, max_tokens, self.cfg.actor.use_packing,
-                                  lambda count: all_reduce_max(count, self.device))
-
     def _mb_log_probs(self, model, mb: Batch, with_entropy: bool):
-        """Log-probs (and entropy) of one micro-batch at the rollout's sampling temperature (greedy: 1), the
-        distribution the responses were drawn from: the old, actor and reference log-probs all come from here."""
-        return micro_batch_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                     mb["responses"], with_entropy, packed=self.cfg.actor.use_packing,
-                                     temperature=training_temperature(self.cfg.rollout.temperature))
-
-    def _forward_batches(self, model, batch: Batch, with_entropy: bool, max_tokens: int):
-        groups = self._micro_batches(batch, max_tokens)
-        out_lp, out_ent = [], []
-        for idx in groups:
-            lp, ent = self._mb_log_probs(model, batch.select(idx).to(self.device), with_entropy)
-            out_lp.append(lp.cpu())
-            if ent is not None:
-                out_ent.append(ent.cpu())
-        return restore_order(out_lp, groups), (restore_order(out_ent, groups) if out_ent else None)
+        """Log-probs (and entropy) of one micro-batch at the rollout's sampling temperature (``policy.mb_log_probs``;
+        reads only ``self.cfg``)."""
+        return mb_log_probs(self.cfg, model, mb, with_entropy)
 
     @dispatch(SPLIT_BATCH)
-    @torch.no_grad()
     def compute_log_probs(self, batch: Batch) -> Batch:
         """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token, at the
-        rollout temperature (``_mb_log_probs``)."""
-        self.actor.eval()
-        with self.actor_offload.on_device():
-            lp, ent = self._forward_batches(self.actor, batch, True, self.cfg.actor.max_tokens_per_micro_batch)
+        rollout temperature (``policy.mb_log_probs``)."""
+        lp, ent = self.policy.log_probs(batch, True)
         return Batch({"old_log_probs": lp, "entropy": ent})
 
     @dispatch(SPLIT_BATCH)
-    @torch.no_grad()
     def compute_ref_log_probs(self, batch: Batch) -> Batch:
         """The reference policy's log-probs of the responses (``ref_log_probs``), at the rollout temperature like
         the actor's, so the KL compares the two at the same temperature."""
-        if self.ref is None:
+        if self.ref_policy is None:
             raise RuntimeError("no reference policy: algorithm.use_kl_loss and kl_in_reward are both off")
-        with self.ref_offload.on_device():
-            lp, _ = self._forward_batches(self.ref, batch, False, self.cfg.ref.max_tokens_per_micro_batch
-                                          or self.cfg.actor.max_tokens_per_micro_batch)
+        lp, _ = self.ref_policy.log_probs(batch, False)
         return Batch({"ref_log_probs": lp})
 
     # ------------------------------------------------------------------ update
@@ -211,10 +184,14 @@ class ActorRolloutRefWorker(PolicyUpdate):
         micro-batches; the loss is normalised by global (all-rank) token or sequence counts so that any split of the
         batch across ranks and micro-batches gives the same gradient. ``kl_coef``: the KL loss weight this step (the
         trainer's KL controller; None: ``algorithm.kl_coef``)."""
-        with self.actor_offload.on_device(optimizer=True):
-            metrics = self._update_actor(batch, self.cfg.algorithm.kl_coef if kl_coef is None else kl_coef)
-            self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
-        return metrics
+        return self.policy.update(batch, self.cfg.algorithm.kl_coef if kl_coef is None else kl_coef)
+
+    def _update_actor(self, batch: Batch, kl_coef: float) -> Dict[str, float]:
+        """The update without the offload moves and with the last mini-batch's gradients left on the parameters
+        (tests compare them)."""
+        from .actor_update import policy_update
+
+        return policy_update(self.policy, batch, kl_coef)
 
     # ------------------------------------------------------------------ weight sync
     @dispatch(ONE_TO_ALL)
@@ -224,19 +201,17 @@ class ActorRolloutRefWorker(PolicyUpdate):
         from reasonrl.rollout.weight_sync import iter_buckets
 
         start = time.perf_counter()
-        if self.engine is None:  # async: the weights go out through send_weights
+        if self.host is None:  # async: the weights go out through send_weights
             return {"seconds": 0.0, "bytes": 0.0}
-        self._wake_engine(("weights",))  # the weights first: the KV cache takes its memory after the update
+        if self.lora.adapter_only:  # the adapter alone, gathered tensor by tensor (the base never moves)
+            tensors = list(self.lora.sync_tensors(self.actor, self.device, self.compute_dtype))
+            moved = self.host.load_adapter(tensors, self.lora.adapter_config(name for name, _ in tensors))
+            return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
         bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
-        dtype = self.compute_dtype
-        moved = 0
-
         # An offloaded actor is gathered from the CPU shard by shard: the whole model never comes back for the sync.
-        for bucket in iter_buckets(iter_full_params(self.actor, self.device, dtype), bucket_bytes):
-            self.engine.update_weights(bucket)
-            moved += sum(t.numel() * t.element_size() for _, t in bucket)
-        self.engine.finish_weight_update()  # vLLM on CPU: closes the layerwise reload session (repacks layers)
-        self._wake_engine(("kv_cache",))
+        # With LoRA merged for rollout: each adapted weight leaves as W + alpha/r B A.
+        moved = self.host.load_weights(iter_buckets(self.lora.sync_tensors(self.actor, self.device,
+                                                                           self.compute_dtype), bucket_bytes))
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(RANK_ZERO)
@@ -247,16 +222,17 @@ class ActorRolloutRefWorker(PolicyUpdate):
         are at temperature 1, whatever ``rollout.temperature``: the engine scores the sequence as a prompt, and vLLM
         applies no sampling processing (temperature, top-p/top-k) to prompt log-probs; a weight mismatch shows at
         any temperature."""
-        from reasonrl.rollout.weight_sync import logprob_diff
+        from reasonrl.rollout.weight_sync import check_adapter_reached_engine, logprob_diff
 
-        engine_lp = self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0]
-        ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
-        pos = torch.arange(ids.shape[1], device=self.device)[None]
-        self.actor.eval()
-        with self.actor_offload.on_device():
-            actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
-                                             torch.tensor([list(response_ids)], device=self.device), temperature=1.0)
-        return logprob_diff(engine_lp, actor_lp[0].cpu().tolist()).as_metrics()
+        engine_lp = self._need_host().sequence_logprobs(prompt_ids, response_ids)
+        actor_lp = self.policy.sequence_log_probs(prompt_ids, response_ids)
+        metrics = logprob_diff(engine_lp, actor_lp).as_metrics()
+        if self.lora.on:  # the engine must score as the actor WITH its adapter, not as the base model
+            base = self.ref_policy or Policy.reference(self.actor, self.cfg, self.batch_plan, self.device,
+                                                       self.world_size, shared_offload=self.policy.offload)
+            metrics.update(check_adapter_reached_engine(engine_lp, actor_lp,
+                                                        base.sequence_log_probs(prompt_ids, response_ids)))
+        return metrics
 
     # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
     @dispatch(RANK_ZERO)
@@ -276,14 +252,17 @@ class ActorRolloutRefWorker(PolicyUpdate):
 
     @dispatch(RANK_ZERO)
     def weight_specs(self) -> List[weight_transfer.ParamSpec]:
-        """What ``send_weights`` sends: every parameter's name, full shape and dtype."""
+        """What ``send_weights`` sends: every parameter's name, full shape and dtype (LoRA: the adapter's tensors, or
+        the merged weights)."""
+        if self.lora.on:
+            return self.lora.specs(self.actor, self.compute_dtype)
         return weight_transfer.param_specs(self.actor.named_parameters(), self.compute_dtype)
 
     @dispatch(ONE_TO_ALL)
     def send_weights(self, specs: List[weight_transfer.ParamSpec]) -> Dict[str, float]:
         """Gather the full parameters (every rank: an FSDP collective) and broadcast them from rank 0, in buckets."""
         start = time.perf_counter()
-        params = iter_full_params(self.actor, self.device, self.compute_dtype)
+        params = self.lora.sync_tensors(self.actor, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
@@ -295,13 +274,17 @@ class ActorRolloutRefWorker(PolicyUpdate):
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> None:
-        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states."""
+        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states. With LoRA:
+        ``adapter/`` (the PEFT adapter, what resume loads), ``hf/`` the merged model, and the adapters' optimizer."""
         directory = Path(directory)
         with self.actor_offload.on_device(optimizer=True):  # the state-dict gather is a device collective
             model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
         if self.rank == 0:
             hf_dir = directory / "hf"
             unwrapped = self.actor
+            if self.lora.on:
+                model_sd = self.lora.export(directory, model_sd, self.tokenizer)
+                unwrapped = self.actor.get_base_model()
             unwrapped.save_pretrained(hf_dir, state_dict=model_sd, safe_serialization=True)
             self.tokenizer.save_pretrained(hf_dir)
             torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict()},
@@ -317,12 +300,14 @@ class ActorRolloutRefWorker(PolicyUpdate):
         from safetensors.torch import load_file
 
         model_sd = {}
-        for f in sorted((directory / "hf").glob("*.safetensors")):
+        if self.lora.on:  # the adapter; the frozen base comes from the base model, as at the start
+            model_sd = self.lora.adapter_state(directory, self.actor)
+        for f in sorted((directory / "hf").glob("*.safetensors")) if not self.lora.on else []:
             model_sd.update(load_file(str(f)))
         state = torch.load(directory / "actor_optim.pt", weights_only=False)
         with self.actor_offload.on_device(optimizer=True):
             self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
-            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"])
+            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"], strict=not self.lora.on)
         self.scheduler.load_state_dict(state["scheduler"])
         rng_file = directory / f"rng_rank{self.rank}.pt"
         if rng_file.exists():
@@ -342,10 +327,26 @@ class ActorRolloutRefWorker(PolicyUpdate):
     def info(self) -> Dict[str, Any]:
         import ray
 
-        return {"rank": self.rank, "device": self.device, "engine": self.engine.name if self.engine else "none",
+        engine = self.engine
+        return {"rank": self.rank, "device": self.device, "engine": engine.name if engine else "none",
                 "pid": os.getpid(), "threads": torch.get_num_threads(),
-                "engine_can_sleep": bool(self.engine and self.engine.supports_sleep),
+                "engine_can_sleep": bool(engine and engine.supports_sleep),
                 "engine_start_s": self.engine_start_s,
                 "node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
                 "node_ip": ray.util.get_node_ip_address() if ray.is_initialized() else None,
                 "engine_ranks": self.cfg.rollout.tensor_parallel_size}
+
+
+class _NoOffload:
+    """The reference's offloader when there is no reference: nothing to move, no timing."""
+
+    @staticmethod
+    def offload() -> None:
+        return None
+
+    @staticmethod
+    def pop_metrics() -> Dict[str, float]:
+        return {}
+
+
+_NO_OFFLOAD = _NoOffload()

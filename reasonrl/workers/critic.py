@@ -10,7 +10,6 @@ the shared GPU to the actor's process and its rollout engine the rest of the ste
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -28,10 +27,10 @@ from reasonrl.models import torch_dtype
 from reasonrl.models.value_head import ValueModel, load_value_state_dict, micro_batch_values
 
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
-from .distributed import all_reduce_max, all_reduce_sum, start_rank
-from .fsdp import Offloader, clip_grad_norm, full_state_dict, load_full_state_dict, shard_model
+from .distributed import all_reduce_max, start_rank
+from .fsdp import Offloader, full_state_dict, load_full_state_dict, shard_model
+from .update_loop import run_update
 
-log = logging.getLogger(__name__)
 
 CHECKPOINT_SUBDIR = "critic"
 
@@ -105,37 +104,22 @@ class CriticWorker:
             if key not in batch:
                 raise KeyError(f"update_critic needs '{key}' in the batch")
         self.model.train()
-        minis = batch.chunk(self.batch_plan.mini_batches_for(len(batch))) if len(batch) else []
-        sums: Dict[str, float] = {}
-        counts: Dict[str, int] = {}
 
-        def add(key: str, value: float) -> None:
-            sums[key] = sums.get(key, 0.0) + float(value)
-            counts[key] = counts.get(key, 0) + 1
+        def micro_loss(mb: Batch, mask: torch.Tensor):
+            loss, vl_metrics = value_loss(self._values(mb), mb["values"], mb["returns"], mask, c.cliprange_value,
+                                          "token-mean")
+            return loss, [("critic/value_loss", loss.item()), *vl_metrics.items()]
 
-        for _ in range(self.batch_plan.ppo_epochs):
-            for mini in minis:
-                global_tokens = all_reduce_sum(loss_mask(mini).sum().item(), self.device)
-                self.optimizer.zero_grad(set_to_none=True)
-                for idx in self._micro_batches(mini):
-                    mb = mini.select(idx).to(self.device)
-                    mask = loss_mask(mb)
-                    weight = mask.sum().item() / max(global_tokens, 1e-8) * self.world_size
-                    values = self._values(mb)
-                    loss, vl_metrics = value_loss(values, mb["values"], mb["returns"], mask, c.cliprange_value,
-                                                  "token-mean")
-                    (loss * weight).backward()
-                    add("critic/value_loss", loss.item())
-                    for k, v in vl_metrics.items():
-                        add(k, v)
-                grad_norm = clip_grad_norm(self.model, self.cfg.actor.grad_clip)
-                if torch.isfinite(torch.tensor(grad_norm)):
-                    self.optimizer.step()
-                else:
-                    log.warning("critic: non-finite grad norm %s: skipping the optimizer step", grad_norm)
-                    add("critic/skipped_steps", 1.0)
-                add("critic/grad_norm", grad_norm)
-        metrics = {k: sums[k] / counts[k] for k in sums}
+        # The actor's update loop with the value loss: a token mean over all ranks' valid tokens of a mini-batch.
+        sums, steps = run_update(self.model, self.optimizer, batch,
+                                 num_minis=self.batch_plan.mini_batches_for(len(batch)),
+                                 epochs=self.batch_plan.ppo_epochs, micro_batches=self._micro_batches,
+                                 micro_loss=micro_loss, denominator=lambda m: float(m.sum().item()),
+                                 device=self.device, world_size=self.world_size, grad_clip=self.cfg.actor.grad_clip,
+                                 prefix="critic")
+        metrics = sums.means()
+        if steps["skipped"]:
+            metrics["critic/skipped_steps"] = 1.0
         mask = loss_mask(batch)
         metrics["critic/explained_variance"] = explained_variance(batch["values"], batch["returns"], mask)
         metrics["critic/returns_mean"] = float(masked_mean(batch["returns"], mask))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
@@ -13,18 +13,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-
-def decoder_layers(model) -> list:
-    """The transformer blocks of a causal LM (each becomes its own FSDP2 unit)."""
-    for attr in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
-        obj = model
-        try:
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return list(obj)
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+from reasonrl.models.loader import decoder_layers  # noqa: F401  (re-exported: FSDP2 shards these blocks)
 
 
 def compile_decoder_layers(model) -> int:
@@ -56,8 +45,11 @@ def full_state_dict(model, optimizer) -> Tuple[Dict[str, torch.Tensor], dict]:
     return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
 
 
-def load_full_state_dict(model, optimizer, model_sd: Dict[str, torch.Tensor], optim_sd: dict) -> None:
-    options = StateDictOptions(full_state_dict=True)
+def load_full_state_dict(model, optimizer, model_sd: Dict[str, torch.Tensor], optim_sd: dict,
+                         strict: bool = True) -> None:
+    """Load full state dicts into the sharded model and its optimizer; ``strict`` False: ``model_sd`` may hold only
+    some of the parameters (a LoRA checkpoint's adapters)."""
+    options = StateDictOptions(full_state_dict=True, strict=strict)
     set_model_state_dict(model, model_sd, options=options)
     set_optimizer_state_dict(model, optimizer, optim_sd, options=options)
 
@@ -199,13 +191,17 @@ def onload_optimizer(optimizer: torch.optim.Optimizer, device) -> float:
     return move_optimizer(optimizer, device)
 
 
-def iter_full_params(model: torch.nn.Module, device, dtype: torch.dtype) -> Iterator[Tuple[str, torch.Tensor]]:
+def iter_full_params(model: torch.nn.Module, device, dtype: torch.dtype,
+                     select: Optional[Callable[[str], bool]] = None) -> Iterator[Tuple[str, torch.Tensor]]:
     """(name, full parameter) in ``dtype`` on ``device``, one at a time (a collective: every rank iterates). An
     offloaded model is gathered from the CPU: each shard is copied to ``device`` on its own and all-gathered there,
-    so the weight sync never needs the whole model back on the device."""
+    so the weight sync never needs the whole model back on the device. ``select(name)``: only those parameters
+    (LoRA: the adapters), the others are not gathered."""
     device = torch.device(device)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            if select is not None and not select(name):
+                continue
             param = _moved(param.detach(), device, pin_memory=False, always_copy=False)
             full = param.full_tensor() if isinstance(param, DTensor) else param
             yield name, full.to(dtype)

@@ -1,0 +1,147 @@
+"""The engine host: a rollout engine in a worker's process, what it generates with (the engine, or the tool loop
+around it), its sleep/wake phases, and the engine side of a weight sync, written once for both worker kinds.
+
+A sync is a stream of buckets of (Hugging Face name, full tensor) pairs; where they come from is the only difference
+between the workers: ``ActorRolloutRefWorker`` gathers them from its own FSDP actor (in-process tensors), a
+``RolloutWorker`` receives them from the weight transfer group. ``load_weights`` takes either stream.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+
+import torch
+
+from reasonrl.data.batch import Batch
+from reasonrl.rollout import SLEEP_PARTS, SamplingParams
+from reasonrl.rollout.multiturn import ToolRollout, tool_meta
+from reasonrl.rollout.weight_sync import tensor_nbytes
+
+NamedTensor = Tuple[str, torch.Tensor]
+
+
+ROW_FIELDS = ("prompt_ids", "response_ids", "rollout_log_probs", "response_text", "finish_reason", "prompt_row")
+
+
+def completions_to_batch(prompt_ids: Sequence[Sequence[int]], results, first_row: int = 0,
+                         with_tools: bool = False) -> Batch:
+    """One row per completion, grouped by prompt, with meta ``ROW_FIELDS`` (``prompt_row``: the prompt's position
+    in the call, counting from ``first_row``); ``with_tools``: the multi-turn loop's per-row ``tool_mask`` and tool
+    counts too. The engine's lists are kept as they are (no per-token copies), one prompt list per prompt."""
+    meta: Dict[str, List[Any]] = {k: [] for k in ROW_FIELDS}
+    for i, (prompt, completions) in enumerate(zip(prompt_ids, results)):
+        prompt = list(prompt)  # shared by the prompt's samples: Ray's pickle sends it once
+        for c in completions:
+            meta["prompt_ids"].append(prompt)
+            meta["response_ids"].append(c.token_ids)
+            meta["rollout_log_probs"].append(c.logprobs)
+            meta["response_text"].append(c.text)
+            meta["finish_reason"].append(c.finish_reason)
+            meta["prompt_row"].append(first_row + i)
+    if with_tools:
+        meta.update(tool_meta([c for completions in results for c in completions]))
+    return Batch(meta=meta)
+
+
+def rollout_generator(engine, tokenizer, cfg):
+    """What a worker generates with: the engine, or the multi-turn tool loop around it when ``tool.enabled``
+    (``rollout/multiturn.py``). Both worker kinds use it, so a task with tools runs its tools in either mode."""
+    return ToolRollout.from_config(engine, tokenizer, cfg) if cfg.tool.enabled else engine
+
+
+def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Dict[str, Any],
+                    chunk_prompts: int, with_tools: bool = False) -> Iterator[Batch]:
+    """``generator``'s (an engine's, or the tool loop's) responses to ``prompt_ids`` as consecutive Batches of
+    ``chunk_prompts`` prompts' responses each (0: one Batch for all): concatenated, they equal one generate call's
+    rows."""
+    params = SamplingParams(**sampling)
+    size = chunk_prompts if chunk_prompts > 0 else max(1, len(prompt_ids))
+    for start in range(0, len(prompt_ids), size):
+        part = list(prompt_ids[start:start + size])
+        yield completions_to_batch(part, generator.generate(part, params), start, with_tools)
+
+
+def adapter_only_sync(cfg) -> bool:
+    """Whether weight syncs send the LoRA adapter alone (``actor.lora.rank`` > 0 and not ``merge_for_rollout``)."""
+    return cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout
+
+
+def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str):
+    """The worker's rollout engine (``rollout.engine``); a vLLM engine that will take adapter-only syncs starts with
+    LoRA enabled at the adapter's rank."""
+    from reasonrl.rollout import make_rollout_engine, resolve_engine_name
+
+    max_len = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+    if adapter_only_sync(cfg) and resolve_engine_name(cfg.rollout.engine) == "vllm":
+        from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(model_path, cfg.rollout, dtype, device, max_len, lora_rank=cfg.actor.lora.rank)
+    return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len)
+
+
+class EngineHost:
+    """One rollout engine (``engine``) and its phases, for the worker that holds it."""
+
+    def __init__(self, engine, tokenizer, cfg, device: str, start_seconds: float = 0.0) -> None:
+        self.engine, self.tokenizer, self.cfg, self.device = engine, tokenizer, cfg, device
+        self.start_seconds = start_seconds
+        """Seconds the engine took to start (the trainer's ``startup_s/engine_start``)."""
+        self._generator = None  # the multi-turn loop around the engine (tool.enabled), built on first use
+
+    @property
+    def generator(self):
+        """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
+        if self._generator is None:
+            self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg)
+        return self._generator
+
+    def generate_chunks(self, prompt_ids: Sequence[Sequence[int]], sampling: dict, chunk_prompts: int):
+        """The generated rows as Batches of ``chunk_prompts`` prompts' responses (0: one Batch)."""
+        return generate_chunks(self.generator, prompt_ids, sampling, chunk_prompts, self.cfg.tool.enabled)
+
+    # ------------------------------------------------------------------ memory phases
+    def sleep(self) -> float:
+        """Free the engine's weights and KV cache (vLLM on GPU with ``rollout.free_cache_engine``; elsewhere a
+        no-op). Seconds taken."""
+        start = time.perf_counter()
+        engine = self.engine
+        if engine.supports_sleep and self.cfg.rollout.free_cache_engine and not engine.asleep_parts:
+            engine.sleep()
+        return time.perf_counter() - start
+
+    def wake(self, parts: Sequence[str] = SLEEP_PARTS) -> None:
+        """Bring back those of ``parts`` ("weights", "kv_cache") that are asleep."""
+        engine = self.engine
+        parts = [p for p in parts if p in engine.asleep_parts]
+        if not parts:
+            return
+        if self.device == "cuda":  # hand the update's cached blocks back before vLLM re-maps its memory
+            torch.cuda.empty_cache()
+        engine.wake_up(parts)
+
+    # ------------------------------------------------------------------ weight sync
+    def load_weights(self, buckets: Iterable[List[NamedTensor]]) -> int:
+        """One weight sync: the engine's weights woken first, every bucket loaded, the sync finished (vLLM on CPU:
+        the layerwise reload session closed), then the KV cache woken. Returns the bytes loaded."""
+        self.wake(("weights",))  # the weights first: the KV cache takes its memory after the update
+        moved = 0
+        for bucket in buckets:
+            self.engine.update_weights(bucket)
+            moved += sum(tensor_nbytes(t) for _, t in bucket)
+        self.engine.finish_weight_update()
+        self.wake(("kv_cache",))
+        return moved
+
+    def load_adapter(self, named_tensors: Iterable[NamedTensor], adapter_config: dict) -> int:
+        """A LoRA adapter-only sync (``actor.lora.merge_for_rollout=false``): the engine's weights woken, the adapter
+        (PEFT's saved names) loaded by the engine (hf: onto its base copy; vLLM: a new ``LoRARequest``), the KV cache
+        woken. Returns the bytes loaded."""
+        tensors = list(named_tensors)
+        self.wake(("weights",))
+        self.engine.load_adapter(tensors, adapter_config)
+        self.wake(("kv_cache",))
+        return sum(tensor_nbytes(t) for _, t in tensors)
+
+    def sequence_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> List[float]:
+        """The engine's log-probs (temperature 1) of ``response_ids`` after ``prompt_ids``."""
+        return self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0]

@@ -1,0 +1,151 @@
+"""The Policy core: one FSDP2-sharded causal LM in this process (no Ray), its log-probs over a Batch, and, when it has
+an optimizer, its PPO-style update (``actor_update.policy_update`` over the shared ``update_loop``).
+
+The actor is a Policy with an optimizer and a scheduler; the reference policy is the same class without them (and,
+with LoRA, the actor's own model with its adapters disabled: ``adapters_off``). Every teacher-forced pass (old, actor
+and reference log-probs) goes through ``mb_log_probs``: at the rollout's sampling temperature (greedy: 1), the
+distribution the responses were drawn from.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, List, Optional, Tuple
+
+import torch
+
+from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.data.batch import Batch
+from reasonrl.data.micro_batches import micro_batch_groups, restore_order
+from reasonrl.models import load_causal_lm
+from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
+
+from .distributed import all_reduce_max
+from .fsdp import Offloader, compile_decoder_layers, shard_model
+
+
+def load_sharded_lm(cfg, model_path: str, mesh, device: str, compute_dtype: torch.dtype, trainable: bool,
+                    prepare: Optional[Callable[[torch.nn.Module], torch.nn.Module]] = None) -> torch.nn.Module:
+    """The causal LM at ``model_path`` in fp32, FSDP2-sharded over ``mesh`` (compute in ``compute_dtype``).
+    ``trainable``: gradient checkpointing (``model.gradient_checkpointing``) and ``actor.compile`` apply; otherwise
+    the model is frozen and in eval mode. ``prepare`` runs on the loaded model before it is compiled and sharded
+    (LoRA wraps it there) and returns the model to shard."""
+    model = load_causal_lm(model_path, torch.float32, cfg.model.trust_remote_code, cfg.model.attn_implementation)
+    if trainable and cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    if prepare is not None:
+        model = prepare(model)
+    if trainable and cfg.actor.compile:
+        compile_decoder_layers(model)
+    if not trainable:
+        model.requires_grad_(False)
+    shard_model(model, mesh, device, compute_dtype)
+    if not trainable:
+        model.eval()
+    return model
+
+
+def mb_log_probs(cfg, model, mb: Batch, with_entropy: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Log-probs (and entropy) of one micro-batch on the device at the rollout's sampling temperature (greedy: 1)."""
+    return micro_batch_log_probs(model, mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                 mb["responses"], with_entropy, packed=cfg.actor.use_packing,
+                                 temperature=training_temperature(cfg.rollout.temperature))
+
+
+class Policy:
+    """A causal LM on this rank and what runs through it (see the module docstring).
+
+    ``name``: "actor" or "ref" (offload metrics, messages); ``offload``: where the model (and optimizer) lives between
+    phases; ``max_tokens``: the token budget of a micro-batch (0: ``batch_plan.micro_batch_rows`` rows);
+    ``adapters_off``: run every forward with the model's LoRA adapters disabled (the reference of a LoRA actor)."""
+
+    def __init__(self, name: str, model: torch.nn.Module, cfg, batch_plan: BatchPlan, device: str, world_size: int,
+                 offload: Offloader, max_tokens: int = 0, optimizer: Optional[torch.optim.Optimizer] = None,
+                 scheduler=None, adapters_off: bool = False) -> None:
+        self.name, self.model, self.cfg, self.batch_plan = name, model, cfg, batch_plan
+        self.device, self.world_size, self.offload, self.max_tokens = device, world_size, offload, max_tokens
+        self.optimizer, self.scheduler, self.adapters_off = optimizer, scheduler, adapters_off
+
+    @classmethod
+    def actor(cls, model: torch.nn.Module, cfg, batch_plan: BatchPlan, device: str, world_size: int,
+              trainable_params=None) -> "Policy":
+        """The actor: AdamW over ``trainable_params`` (default: all the model's parameters; LoRA: the adapters'),
+        a linear warm-up of ``actor.warmup_steps`` then constant, and the actor's offload settings."""
+        a = cfg.actor
+        params = list(trainable_params if trainable_params is not None else model.parameters())
+        optimizer = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.betas), weight_decay=a.weight_decay)
+        warmup = max(0, a.warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        offload = Offloader("actor", model, device, a.offload_params, optimizer, a.offload_optimizer)
+        return cls("actor", model, cfg, batch_plan, device, world_size, offload, a.max_tokens_per_micro_batch,
+                   optimizer, scheduler)
+
+    @classmethod
+    def reference(cls, model: Optional[torch.nn.Module], cfg, batch_plan: BatchPlan, device: str, world_size: int,
+                  shared_offload: Optional[Offloader] = None) -> "Policy":
+        """The reference: no optimizer; its own offload setting (``ref.offload_params``). ``shared_offload``: the
+        actor's offloader, when the reference is the actor's own LoRA model with its adapters disabled (one copy)."""
+        adapters_off = shared_offload is not None
+        offload = shared_offload or Offloader("ref", model, device, cfg.ref.offload_params)
+        budget = cfg.ref.max_tokens_per_micro_batch or cfg.actor.max_tokens_per_micro_batch
+        return cls("ref", model, cfg, batch_plan, device, world_size, offload, budget, adapters_off=adapters_off)
+
+    # ------------------------------------------------------------------ forward passes
+    def forward_context(self):
+        """Inside: the model as this policy sees it (adapters disabled for the reference of a LoRA actor)."""
+        if self.adapters_off:
+            return self.model.disable_adapter()
+        return contextlib.nullcontext()
+
+    def micro_batches(self, batch: Batch, max_tokens: Optional[int] = None) -> List[List[int]]:
+        """Row groups of ``batch``, one per forward (fixed row counts, or a token budget: the same count on every
+        rank, since each forward is an FSDP collective)."""
+        return micro_batch_groups(batch["attention_mask"], batch["responses"].shape[1],
+                                  self.batch_plan.micro_batch_rows,
+                                  self.max_tokens if max_tokens is None else max_tokens, self.cfg.actor.use_packing,
+                                  lambda count: all_reduce_max(count, self.device))
+
+    def mb_log_probs(self, mb: Batch, with_entropy: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Log-probs (and entropy) of one micro-batch already on the device (``mb_log_probs``)."""
+        with self.forward_context():
+            return mb_log_probs(self.cfg, self.model, mb, with_entropy)
+
+    @torch.no_grad()
+    def log_probs(self, batch: Batch, with_entropy: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Log-probs [rows, T] (and entropy) of ``batch``'s responses, in its row order, computed micro-batch by
+        micro-batch with the model on the device for the call."""
+        self.model.eval()
+        with self.offload.on_device():
+            groups = self.micro_batches(batch)
+            out_lp, out_ent = [], []
+            for idx in groups:
+                lp, ent = self.mb_log_probs(batch.select(idx).to(self.device), with_entropy)
+                out_lp.append(lp.cpu())
+                if ent is not None:
+                    out_ent.append(ent.cpu())
+        return restore_order(out_lp, groups), (restore_order(out_ent, groups) if out_ent else None)
+
+    @torch.no_grad()
+    def sequence_log_probs(self, prompt_ids: List[int], response_ids: List[int]) -> List[float]:
+        """Log-probs at temperature 1 of ``response_ids`` after ``prompt_ids`` (one row, no padding): the policy
+        side of the weight-sync check."""
+        ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
+        pos = torch.arange(ids.shape[1], device=self.device)[None]
+        self.model.eval()
+        with self.offload.on_device(), self.forward_context():
+            lp, _ = response_log_probs(self.model, ids, torch.ones_like(ids), pos,
+                                       torch.tensor([list(response_ids)], device=self.device), temperature=1.0)
+        return lp[0].cpu().tolist()
+
+    # ------------------------------------------------------------------ update
+    def update(self, batch: Batch, kl_coef: float):
+        """The policy update over this rank's share (``actor_update.policy_update``); needs an optimizer."""
+        from .actor_update import policy_update
+
+        if self.optimizer is None:
+            raise RuntimeError(f"the {self.name} policy has no optimizer: it does not train")
+        with self.offload.on_device(optimizer=True):
+            metrics = policy_update(self, batch, kl_coef)
+            self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
+        return metrics
