@@ -105,10 +105,11 @@ class Round:
 
 def samples_from_generation(prompts: Sequence[Any], gen: Batch) -> List[Sample]:
     """The engines' rows as Samples: meta ``prompt_row`` (the prompt's position in ``prompts``), ``response_ids``,
-    ``response_text``, ``rollout_log_probs``, ``finish_reason``; optional ``tool_mask`` with the tool counters and
-    ``weights_version``. No verifier yet (``attach_results``)."""
+    ``response_text``, ``rollout_log_probs``, ``finish_reason``; optional ``tool_mask`` and ``weights_version``; the
+    other columns (``ROW_KEYS`` aside) go to ``Sample.extra``. No verifier yet (``attach_results``)."""
     has_tools = "tool_mask" in gen
     versions = gen["weights_version"] if "weights_version" in gen else None
+    others = [k for k in gen.meta if k not in ROW_KEYS]
     out = []
     for j, row in enumerate(gen["prompt_row"]):
         out.append(Sample(

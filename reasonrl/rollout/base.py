@@ -98,6 +98,11 @@ class RolloutEngine(Protocol):
         Harmless to call twice or with no sync pending."""
         ...
 
+    def load_adapter(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], adapter_config: dict) -> None:
+        """Serve the base model with this LoRA adapter from the next ``generate`` on (``actor.lora``, adapter-only
+        sync): the adapter's tensors (PEFT names) and its PEFT config."""
+        ...
+
     def sleep(self) -> None:
         """Free weights and KV cache while the actor trains (no-op where unsupported)."""
         ...
