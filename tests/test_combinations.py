@@ -1,6 +1,7 @@
-"""The combination matrix of the loop: mode x tools x tensor-parallel x packing x critic x dynamic sampling x streaming.
+"""The combination matrix of the loop: mode x tools x tensor-parallel x packing x critic x dynamic sampling x streaming
+x LoRA.
 
-Every one of the 128 combinations is either refused by the RunPlan (and ``load_config``) with a message naming the
+Every one of the 256 combinations is either refused by the RunPlan (and ``load_config``) with a message naming the
 keys, or planned with the facts it asks for (fast test below). The supported combinations without tensor-parallel
 rollouts then run real CPU steps in this process (the in-process backend, a 2-layer random Llama with the real
 tokenizer, the hf engine): a pairwise covering set of them, chosen greedily below, so every pair of feature values
@@ -19,7 +20,7 @@ import pytest
 
 from reasonrl.config import ConfigError, load_config
 
-DIMS = ("async", "tools", "tp", "packing", "critic", "dynamic", "streaming")
+DIMS = ("async", "tools", "tp", "packing", "critic", "dynamic", "streaming", "lora")
 
 
 def combo_args(c: Dict[str, bool]) -> List[str]:
@@ -38,6 +39,8 @@ def combo_args(c: Dict[str, bool]) -> List[str]:
         args += ["actor.use_packing=true", "actor.max_tokens_per_micro_batch=64"]
     if c["streaming"]:
         args.append("rollout.stream_chunk_prompts=1")
+    if c["lora"]:
+        args.append("actor.lora.rank=4")
     return args
 
 
@@ -49,6 +52,8 @@ def refused_keys(c: Dict[str, bool]) -> List[str]:
         keys.append("trainer.mode")
     if c["async"] and c["tp"]:
         keys.append("rollout.tensor_parallel_size")
+    if c["lora"] and c["tp"]:  # adapter-only sync into a sharded engine: actor.lora.merge_for_rollout=true is needed
+        keys.append("actor.lora.merge_for_rollout")
     return keys
 
 
@@ -79,6 +84,8 @@ def configured(c: Dict[str, bool]):
         cfg.actor.use_packing, cfg.actor.max_tokens_per_micro_batch = True, 64
     if c["streaming"]:
         cfg.rollout.stream_chunk_prompts = 1
+    if c["lora"]:
+        cfg.actor.lora.rank = 4
     return cfg
 
 
@@ -104,7 +111,7 @@ def test_every_combination_is_planned_or_refused_naming_the_keys():
             refused += 1
             with pytest.raises(ConfigError) as err:
                 validate(cfg)  # what load_config runs
-            assert want[0] in str(err.value), (name(combo), err.value)
+            assert any(k in str(err.value) for k in want), (name(combo), err.value)  # the first broken rule
             with pytest.raises(ConfigError) as err:
                 RunPlan.build(cfg, device="cpu")
             assert all(k in str(err.value) for k in want), (name(combo), err.value)  # every broken rule, named
@@ -118,7 +125,8 @@ def test_every_combination_is_planned_or_refused_naming_the_keys():
         assert plan.stream_chunk_prompts == (1 if combo["streaming"] else 0)
         assert plan.steps_ahead == (cfg.async_rollout.max_staleness if combo["async"] else 0)
         assert plan.training_sampling["n"] == cfg.rollout.n and plan.validation_sampling["n"] == 1
-    assert refused == 128 - 64 - 8  # planned: all 64 colocated; of async, tools x packing x streaming without TP
+    # planned: colocated, all but LoRA x TP (128 - 32); async: tools x packing x streaming x LoRA without TP (16)
+    assert refused == 256 - 96 - 16
 
 
 def covering_set(combos: List[Dict[str, bool]], dims: Tuple[str, ...]) -> List[Dict[str, bool]]:
@@ -136,14 +144,15 @@ def covering_set(combos: List[Dict[str, bool]], dims: Tuple[str, ...]) -> List[D
     return chosen
 
 
-RUN_DIMS = ("async", "tools", "packing", "critic", "dynamic", "streaming")
+RUN_DIMS = ("async", "tools", "packing", "critic", "dynamic", "streaming", "lora")
 SUPPORTED = [c for c in ALL if not c["tp"] and not refused_keys(c)]
 COVER = covering_set(SUPPORTED, RUN_DIMS)
 
 
 def test_the_covering_set_covers_every_supported_pair():
+    assert set(BRANCHES) <= {name(c) for c in COVER}  # each branch rides on a run that exists
     """Checks the greedy picker itself on the matrix: 40 supported combinations, every co-occurring pair covered."""
-    assert len(SUPPORTED) == 32 + 8  # colocated: 2^5; async: tools x packing x streaming
+    assert len(SUPPORTED) == 64 + 16  # colocated: 2^6; async: tools x packing x streaming x LoRA
     for a, b in itertools.combinations(RUN_DIMS, 2):
         for va, vb in itertools.product((False, True), repeat=2):
             possible = any(c[a] == va and c[b] == vb for c in SUPPORTED)
@@ -184,9 +193,9 @@ def one_step(combo: Dict[str, bool], tiny_policy: str, out, extra: Optional[List
 
 BRANCHES = {  # the step's other branches, each on one of the covering runs: (extra settings, what must show)
     "plain": (["algorithm.kl_in_reward=true", "algorithm.use_kl_loss=false"], "kl_in_reward"),
-    "critic+dynamic": (["critic.warmup_steps=1"], "critic_warmup"),
+    "tools+critic+dynamic": (["critic.warmup_steps=1"], "critic_warmup"),
     "dynamic+streaming": (["algorithm.overlong_buffer=4"], "overlong"),
-    "async+tools": ([], "no_old_pass"),
+    "async": ([], "no_old_pass"),
 }
 
 
@@ -201,6 +210,8 @@ def test_supported_pairs_train_a_real_step(combo, tiny_policy, tmp_path):
     assert ("timing_s/values" in m) == combo["critic"]
     assert ("dynamic_sampling/rounds" in m) == combo["dynamic"]
     assert ("async/staleness" in m) == combo["async"]
+    if combo["lora"] and "weight_sync/bytes" in m:  # the adapter alone travels (the tiny model's weights: 6.4 MB)
+        assert m["weight_sync/bytes"] < 1e6
     if combo["async"]:
         assert m["async/staleness"] == 0.0  # step 0 trains on the round generated with the initial weights
     if combo["streaming"] and not combo["async"]:

@@ -23,6 +23,12 @@ def combination_problems(cfg) -> List[Problem]:
     if alg.overlong_buffer > r.max_new_tokens:
         out.append(("algorithm.overlong_buffer", f"{alg.overlong_buffer} must not exceed rollout.max_new_tokens "
                                                  f"({r.max_new_tokens}): the buffer is the last tokens before the cap"))
+    if cfg.actor.lora.rank > 0 and cfg.actor.compile:
+        out.append(("actor.compile", "is not supported with actor.lora.rank > 0 yet (peft's LoRA layers are not "
+                                     "compiled regionally)"))
+    if cfg.actor.lora.rank > 0 and r.tensor_parallel_size > 1 and not cfg.actor.lora.merge_for_rollout:
+        out.append(("actor.lora.merge_for_rollout", "must be true with rollout.tensor_parallel_size > 1 (adapter-only "
+                                                    "sync into a sharded engine is not wired)"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout

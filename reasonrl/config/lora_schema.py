@@ -41,9 +41,4 @@ def validate_lora(cfg, need) -> None:
     need(all(isinstance(n, str) and n and "." not in n for n in names), "actor.lora.target_modules",
          f"must be module names without dots (e.g. [q_proj,v_proj]), got {names}")
     need(len(set(names)) == len(names), "actor.lora.target_modules", f"names a module twice: {names}")
-    if lora.rank == 0:
-        return
-    need(not cfg.actor.compile, "actor.compile",
-         "is not supported with actor.lora.rank > 0 yet (peft's LoRA layers are not compiled regionally)")
-    need(cfg.rollout.tensor_parallel_size == 1 or lora.merge_for_rollout, "actor.lora.merge_for_rollout",
-         "must be true with rollout.tensor_parallel_size > 1 (adapter-only sync into a sharded engine is not wired)")
+    # LoRA's rules with other features (compile, tensor-parallel rollouts) are in config/combinations.py
