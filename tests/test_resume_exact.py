@@ -1,5 +1,6 @@
 """The big guarantee: N steps straight equal an interrupted run resumed and finished — same weights, same data
-order and samples, same metrics rows, none twice — for Ctrl-C (SIGINT) and kill -9 at several phases.
+order and samples, same metrics rows, none twice — for Ctrl-C (SIGINT) and kill -9 at several phases (two
+interruptions of each kind in one run, resumed after each).
 
 Real runs on CPU: SmolLM2-135M, Ray, FSDP2, the hf engine with seeded sampling. Each interruption lands at an exact
 place: the run signals itself at a named fault point (``REASONRL_FAULT_AT``, see reasonrl/fault_points.py), so
@@ -71,35 +72,51 @@ def straight(tmp_path_factory, model_path):
     return result
 
 
-# (fault point, save_every, expected exit status, the checkpoint the resume must start from)
-CASES = {
-    # Ctrl-C while the workers generate step 2's rollouts: step 2 finishes and is saved though no save was due.
-    "sigint_mid_rollout": ("group.generate#2=sigint", STEPS, 130, 2),
-    # Ctrl-C while step 1's checkpoint is being written: the save completes, then the run stops.
-    "sigint_during_save": ("checkpoint.written#1=sigint", 1, 130, 1),
-    # kill -9 in step 2's actor update: step 1's checkpoint is the resume point.
-    "kill_mid_update": ("group.update_actor#2=sigkill", 1, -signal.SIGKILL, 1),
-    # kill -9 while step 2's checkpoint is written (its metrics row is already logged): resume from step 1 and
-    # log step 2 once.
-    "kill_during_save": ("checkpoint.written#2=sigkill", 1, -signal.SIGKILL, 1),
+# Each chain interrupts one run in two places, resuming it in between, then resumes it to the end: every training
+# process starts Ray and loads the model (CI's dearest part), so two interruptions share their runs. Fault counts
+# are per process: in a run resumed at step 1, the first generate, update or checkpoint is step 2's.
+# [(fault point, save_every, expected exit status, the checkpoint the next run must resume from), ...]
+CHAINS = {
+    "ctrl_c": [
+        # Ctrl-C while step 1's checkpoint is being written: the save completes, then the run stops.
+        ("checkpoint.written#1=sigint", 1, 130, 1),
+        # Resumed at step 1, Ctrl-C while the workers generate step 2's rollouts: step 2 finishes and is saved
+        # though no save was due.
+        ("group.generate#1=sigint", STEPS, 130, 2),
+    ],
+    "kill_9": [
+        # kill -9 in step 2's actor update: step 1's checkpoint is the resume point.
+        ("group.update_actor#2=sigkill", 1, -signal.SIGKILL, 1),
+        # Resumed at step 1, kill -9 while step 2's checkpoint is written (its metrics row is already logged):
+        # resume from step 1 again and log step 2 once.
+        ("checkpoint.written#1=sigkill", 1, -signal.SIGKILL, 1),
+    ],
 }
 
 
-@pytest.mark.timeout(3600)
-@pytest.mark.parametrize("case", list(CASES))
-def test_interrupted_and_resumed_run_equals_straight_run(tmp_path, straight, case):
-    fault, save_every, status, resume_step = CASES[case]
-    out = tmp_path / "run"
-    first = run_train(out, f"trainer.save_every={save_every}", fault=fault)
-    log = first.stdout[-3000:] + first.stderr[-3000:]
-    assert first.returncode == status, log
-    assert "Traceback" not in first.stderr, log
-    if status == 130:
-        assert f"interrupted — step {resume_step} saved" in first.stdout, log
+def resumed_line(out: Path, step: int) -> str:
+    return f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}"
 
-    second = run_train(out, f"trainer.save_every={save_every}")
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert f"resumed from {out / 'checkpoints' / f'step_{resume_step:06d}'} at step {resume_step}" in second.stdout
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_interrupted_twice_and_resumed_run_equals_straight_run(tmp_path, straight, chain):
+    out = tmp_path / "run"
+    resume_from = None
+    for fault, save_every, status, resume_step in CHAINS[chain]:
+        run = run_train(out, f"trainer.save_every={save_every}", fault=fault)
+        log = f"{fault}: " + run.stdout[-3000:] + run.stderr[-3000:]
+        assert run.returncode == status, log
+        assert "Traceback" not in run.stderr, log
+        if resume_from is not None:
+            assert resumed_line(out, resume_from) in run.stdout, log
+        if status == 130:
+            assert f"interrupted — step {resume_step} saved" in run.stdout, log
+        resume_from = resume_step
+
+    last = run_train(out, f"trainer.save_every={save_every}")
+    assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
+    assert resumed_line(out, resume_from) in last.stdout
 
     metrics, samples, sampler, weights = outcome(out)
     want_metrics, want_samples, want_sampler, want_weights = straight
