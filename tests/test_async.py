@@ -217,13 +217,15 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path
         with make_pool(cfg.reward) as pool:
             for chunk in (0, 1):
                 timer = PhaseTimer()
-                gen, results = generate_and_verify(group, prompts, greedy, pool, cfg.reward, chunk, timer)
-                rounds[chunk] = (gen["prompt_ids"], gen["response_text"], [r.info.get("reason") for r in results])
+                samples = generate_and_verify(group, prompts, greedy, pool, cfg.reward, chunk, timer)
+                rounds[chunk] = ([s.prompt_ids for s in samples], [s.response_text for s in samples],
+                                 [s.result.info.get("reason") for s in samples], [s.group for s in samples])
                 assert set(timer.seconds) == {"rollout", "verify"}
     finally:
         group.shutdown()
     assert rounds[0] == rounds[1]
     assert rounds[1][0] == [list(p.token_ids) for p in prompts for _ in range(2)]
+    assert rounds[1][3] == [0, 0, 1, 1, 2, 2]  # each response knows its prompt's group
 
 
 @pytest.mark.slow
