@@ -16,10 +16,11 @@ from .registry import register_environment
 def context_tool(context: EnvContext) -> Any:
     """The loop's tool: the one handed to the loop, else built from the ``tool`` config section."""
     def build():
-        from reasonrl.config.schema import ToolConfig
         from reasonrl.tools import make_tool
 
-        return make_tool(context.tool_cfg if context.tool_cfg is not None else ToolConfig())
+        if context.tool_cfg is None:  # the loop always hands its ``tool`` section over (rollout/multiturn.py)
+            raise ValueError("the python environment needs the run's tool section: EnvContext(tool_cfg=cfg.tool)")
+        return make_tool(context.tool_cfg)
 
     return context.shared("tool", build)
 

@@ -28,10 +28,6 @@ def register_environment(name: str) -> Callable[[Type[Environment]], Type[Enviro
     return decorator
 
 
-def _load_builtins() -> None:
-    from . import builtins  # noqa: F401  (the shipped environments register on import)
-
-
 def _load_entry_points() -> None:
     global _ENTRY_POINTS_LOADED
     if _ENTRY_POINTS_LOADED:
@@ -47,14 +43,12 @@ def _load_entry_points() -> None:
 
 def available_environments() -> list:
     """Every environment name: built-in and from installed plugins."""
-    _load_builtins()
     _load_entry_points()
     return sorted(ENVIRONMENTS)
 
 
 def get_environment_class(name: str) -> Type[Environment]:
     """The class registered as ``name``; a KeyError naming the known ones otherwise."""
-    _load_builtins()
     if name not in ENVIRONMENTS:
         _load_entry_points()
     if name not in ENVIRONMENTS:
