@@ -89,9 +89,15 @@ def test_engine_size_must_divide_workers():
 
 
 def test_hf_engine_refuses_tensor_parallel_before_loading_anything(model_path):
-    cfg, _ = load_config(["rollout.engine=hf", "rollout.tensor_parallel_size=2"], cuda_available=False)
+    from reasonrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size': 2 needs rollout.engine=vllm"):
+        load_config(["rollout.engine=hf", "rollout.tensor_parallel_size=2"], cuda_available=False)  # the rule
+    cfg, _ = load_config(["rollout.engine=hf"], cuda_available=False)
+    raw = to_dict(cfg)
+    raw["rollout"]["tensor_parallel_size"] = 2  # a config that never went through load_config: the worker refuses too
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 needs rollout.engine=vllm"):
-        ActorRolloutRefWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
+        ActorRolloutRefWorker(raw, model_path, rank=0, world_size=1, master_addr="127.0.0.1",
                               master_port=free_port())
 
 
