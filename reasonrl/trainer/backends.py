@@ -24,6 +24,8 @@ class Groups:
     rollouts: Optional[Any] = None
     layout: Optional[Any] = None
     """The run's ``controller.layout.Layout`` (roles on pools, checked against the cluster); None in-process."""
+    actor_info: Optional[list] = None
+    """Each actor rank's ``info()``, taken as the last act of ``workers_up`` (its models loaded, its engine started)."""
 
 
 def default_workers():
@@ -61,6 +63,7 @@ class RayBackend:
         with startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks), layout=layout)
+            groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
                                             gpu_fraction=plan.gpu_share)
@@ -90,6 +93,7 @@ class InProcessBackend(RayBackend):
                   "num_threads": self.num_threads}
         with startup("workers_up"):
             groups = Groups(InProcessGroup(self.actor_worker, kwargs))
+            groups.actor_info = groups.actor.info()
             if plan.use_critic:
                 groups.critic = InProcessGroup(self.critic_worker, kwargs)
             if plan.is_async:

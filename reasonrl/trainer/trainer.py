@@ -95,7 +95,7 @@ class Trainer:
                                   cfg.trainer.experiment)
         groups = backend.start(cfg, plan, self.model_path, self.startup)
         self.workers, self.critic = groups.actor, groups.critic
-        self.worker_info = self.workers.info()
+        self.worker_info = groups.actor_info
         engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
         if engine_starts:
             self.startup.seconds["engine_start"] = max(engine_starts)
