@@ -121,11 +121,12 @@ def samples_from_generation(prompts: Sequence[Any], gen: Batch) -> List[Sample]:
 
 
 def attach_results(samples: Sequence[Sample], items: Sequence[Any], results: Sequence[Any]) -> None:
-    """Store each sample's verifier (the first field of its pool item) and result."""
+    """Store each sample's result (and, when no label was set, its verifier: the first field of its pool item)."""
     if len(results) != len(samples):
         raise RuntimeError(f"the verifiers returned {len(results)} results for {len(samples)} responses")
     for s, item, r in zip(samples, items, results):
-        s.verifier, s.result = item[0], r
+        s.result = r
+        s.verifier = s.verifier or item[0]
 
 
 def collate_samples(samples: Sequence[Sample], pad_id: int) -> Batch:

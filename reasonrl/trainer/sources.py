@@ -28,10 +28,9 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from reasonrl.controller.worker_group import GenerationError, RolloutWorkerError, wait_watched
 from reasonrl.data.sample import Round, Sample, attach_results, samples_from_generation
 from reasonrl.fault_points import arrive, run_in_actor
-from reasonrl.rewards import verify_item
 
 from .metrics import PhaseTimer
-from .streaming import collect_stream, generate_and_verify, mark_env_failures, prompt_batch
+from .streaming import collect_stream, generate_and_verify, mark_env_failures, prompt_batch, reward_items
 
 PENDING_ROUNDS = "pending_rounds.pkl"
 """The file of an async checkpoint that holds the rounds generated ahead and the rollout engines' random state."""
@@ -68,7 +67,7 @@ class ColocatedSource:
         padded = real + [real[-1]] * ((-len(real)) % self.engines.engines)
         samples = [s for s in samples_from_generation(padded, self.engines.generate(prompt_batch(padded), sampling))
                    if s.group < len(real)]
-        items = [verify_item(s.prompt.row, s.response_text, self.reward_cfg) for s in samples]
+        items = reward_items(samples, self.reward_cfg)
         attach_results(samples, items, self.pool.verify_batch(items))
         return mark_env_failures(samples)
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence
 from reasonrl.controller.worker_group import GenerationError  # noqa: F401  (raised by iter_stream)
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample, attach_results, columns, samples_from_generation
-from reasonrl.rewards import verify_item
+from reasonrl.rewards import verifier_for, verify_item
 
 from .metrics import PhaseTimer
 
@@ -31,11 +31,19 @@ def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any],
         with timer("rollout"):
             samples = samples_from_generation(prompts, group.generate(prompt_batch(prompts), sampling))
         with timer("verify"):
-            items = [verify_item(s.prompt.row, s.response_text, reward_cfg) for s in samples]
+            items = reward_items(samples, reward_cfg)
             attach_results(samples, items, pool.verify_batch(items))
         return mark_env_failures(samples)
     return collect_stream(group, group.stream("generate_stream", prompt_batch(prompts), sampling, chunk_prompts),
                           prompts, pool, reward_cfg, timer)
+
+
+def reward_items(samples: List[Sample], reward_cfg) -> List[Any]:
+    """Each sample's item for the reward router; the name its reward is logged under (``reward/<name>/...``: its
+    verifier, a reward source, or a combination) is set on the sample here, once."""
+    for s in samples:
+        s.verifier = verifier_for(s.prompt.row, reward_cfg)
+    return [verify_item(s.prompt.row, s.response_text, reward_cfg) for s in samples]
 
 
 def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, reward_cfg,
@@ -51,7 +59,7 @@ def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, rewa
             samples = samples_from_generation(mine, part)
             for s in samples:
                 s.group += engine * per_engine
-            items = [verify_item(s.prompt.row, s.response_text, reward_cfg) for s in samples]
+            items = reward_items(samples, reward_cfg)
             submitted.append((samples, items, pool.submit(items)))
             pieces[engine].append(samples)
     with timer("verify"):  # only what verification has left once the last response is in
