@@ -77,14 +77,18 @@ class Trajectory:
 
     def log_conversation(self, chat: Any) -> List[Dict[str, str]]:
         """The messages after the prompt, as the sample log shows them (the model's text without special tokens)."""
+        return self._messages(lambda ids: chat.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def _messages(self, decode) -> List[Dict[str, str]]:
+        """Assistant and tool messages in order: each model run decoded by ``decode`` (the prefill joins the first),
+        each tool run its observation's text."""
         out, k = [], 0
         for i, (is_tool, ids) in enumerate(self.runs()):
             if is_tool:
                 out.append({"role": "tool", "content": self.observations[k] if k < len(self.observations) else ""})
                 k += 1
             else:
-                ids = (self.prefill if i == 0 else []) + ids
-                out.append({"role": "assistant", "content": chat.tokenizer.decode(ids, skip_special_tokens=True)})
+                out.append({"role": "assistant", "content": decode((self.prefill if i == 0 else []) + ids)})
         return out
 
     def drift_conversation(self, chat: Any, end_ids: set) -> List[Dict[str, str]]:
@@ -96,11 +100,4 @@ class Trajectory:
 
         if self.parser is not None and self.parser.inline:
             return [{"role": "assistant", "content": content(self.prefill + self.ids)}]
-        out, k = [], 0
-        for i, (is_tool, ids) in enumerate(self.runs()):
-            if is_tool:
-                out.append({"role": "tool", "content": self.observations[k] if k < len(self.observations) else ""})
-                k += 1
-            else:
-                out.append({"role": "assistant", "content": content((self.prefill if i == 0 else []) + ids)})
-        return out
+        return self._messages(content)
