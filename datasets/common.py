@@ -7,10 +7,11 @@ A recipe module (``reasonrl.datasets.<name>``) exposes ``build_rows(split, data_
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+from reasonrl.registry import Registry, UnknownName
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 
@@ -115,13 +116,19 @@ def read_rows(path: str) -> List[Dict[str, Any]]:
     return rows
 
 
+RECIPES = Registry("dataset recipe", config_key="a task's recipe")
+"""Recipe modules by name, imported when first asked for (each exposes ``build_rows(split, data_dir)``)."""
+for _name in ("arith", "arith_levels", "code_feedback", "gsm8k", "humaneval", "math", "math_tool", "mbpp", "minif2f",
+              "search"):
+    RECIPES.register_lazy(_name, f"{__package__}.{_name}")
+
+
 def recipe(name: str):
+    """The recipe module ``name``; a DataError naming the known ones otherwise."""
     try:
-        return importlib.import_module(f"reasonrl.datasets.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"reasonrl.datasets.{name}":
-            raise DataError(f"no dataset recipe named {name!r}") from None
-        raise
+        return RECIPES[name]
+    except UnknownName as exc:
+        raise DataError(str(exc)) from None
 
 
 def prepare(name: str, split: str, data_dir: Optional[Path] = None, out_dir: Optional[Path] = None) -> Path:

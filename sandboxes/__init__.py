@@ -8,25 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from reasonrl.registry import Registry
+
 from .base import ExecResult, FileMap, Limits, Sandbox, SandboxError, SandboxUnavailable
 
-BACKENDS = ("bwrap", "docker", "subprocess")
+SANDBOXES = Registry("sandbox backend", config_key="sandbox.backend")
+"""Sandbox classes by name, imported when first asked for (each backend's module checks its own tools)."""
+SANDBOXES.register_lazy("bwrap", f"{__package__}.bwrap:BwrapSandbox")
+SANDBOXES.register_lazy("docker", f"{__package__}.docker_pool:DockerSandbox")
+SANDBOXES.register_lazy("subprocess", f"{__package__}.local:SubprocessSandbox")
+BACKENDS = tuple(SANDBOXES)
 
 
 def get_sandbox(name: str = "auto", **options: Any) -> Sandbox:
     """Build a sandbox backend by name ("auto", "bwrap", "docker", "subprocess"); options go to its constructor."""
     if name == "auto":
         name = default_backend()
-    if name == "bwrap":
-        from .bwrap import BwrapSandbox
-        return BwrapSandbox(**options)
-    if name == "docker":
-        from .docker_pool import DockerSandbox
-        return DockerSandbox(**options)
-    if name == "subprocess":
-        from .local import SubprocessSandbox
-        return SubprocessSandbox(**options)
-    raise ValueError(f"unknown sandbox backend {name!r}; known: auto, {', '.join(BACKENDS)}")
+    return SANDBOXES.build(name, **options)
 
 
 def default_backend() -> str:
@@ -42,5 +40,5 @@ def default_backend() -> str:
     raise SandboxUnavailable(f"no sandbox backend works here: bwrap ({why_bwrap}); docker ({why_docker})")
 
 
-__all__ = ["BACKENDS", "ExecResult", "FileMap", "Limits", "Sandbox", "SandboxError", "SandboxUnavailable",
+__all__ = ["BACKENDS", "SANDBOXES", "ExecResult", "FileMap", "Limits", "Sandbox", "SandboxError", "SandboxUnavailable",
            "default_backend", "get_sandbox"]

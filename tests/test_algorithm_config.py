@@ -56,7 +56,7 @@ def test_validation_reads_the_registries():
     try:
         assert load("algorithm.policy_loss=test_plugin_loss").algorithm.policy_loss == "test_plugin_loss"
     finally:
-        POLICY_LOSSES.pop("test_plugin_loss")
+        POLICY_LOSSES.unregister("test_plugin_loss")
         POLICY_LOSS_OPTIONS.pop("test_plugin_loss")
     for name in ADV_ESTIMATORS:
         assert load(f"algorithm.adv_estimator={name}").algorithm.adv_estimator == name

@@ -52,7 +52,7 @@ def test_the_loop_runs_the_plugin_to_its_goal(installed_plugin, monkeypatch, mod
     from reasonrl.rollout import SamplingParams
     from reasonrl.rollout.multiturn import ToolRollout
 
-    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)  # read the entry points again, plugin included
+    registry.ENVIRONMENTS.rescan_entry_points()  # read the entry points again, plugin included
     tokenizer = load_tokenizer(model_path)
     prompt = chat_prompt(tokenizer, "Copy a into b.")
     call = lambda name, **a: f"<tool_call>{json.dumps({'name': name, 'arguments': a})}</tool_call>"  # noqa: E731

@@ -214,7 +214,7 @@ def test_a_registered_loss_declares_its_options():
         close(run("test_scaled", lp, old, torch.ones_like(old))[0], 2.0)
         close(run("test_scaled", lp, old, torch.ones_like(old), options={"scale": 3})[0], 3.0)
     finally:
-        POLICY_LOSSES.pop("test_scaled")
+        POLICY_LOSSES.unregister("test_scaled")
         POLICY_LOSS_OPTIONS.pop("test_scaled")
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Callable, Dict, Optional, Sequence, Type
+
+from reasonrl.registry import Registry
 
 ENTRY_POINT_GROUP = "reasonrl.verifiers"
 
@@ -78,62 +79,29 @@ class Verifier:
         return [self.verify(r, ground_truth, **extra) for r in response_list]
 
 
-_REGISTRY: Dict[str, Type[Verifier]] = {}
-_BUILTINS_LOADED = False
-_ENTRY_POINTS_LOADED = False
+def _check_verifier(name: str, cls: Any) -> Type[Verifier]:
+    if not (isinstance(cls, type) and issubclass(cls, Verifier)):
+        raise TypeError(f"@register_verifier({name!r}) needs a Verifier subclass, got {cls!r}")
+    cls.name = name
+    return cls
+
+
+VERIFIERS = Registry("verifier",
+                     entry_point_group=ENTRY_POINT_GROUP, builtins=(f"{__package__}.builtins",), check=_check_verifier)
+"""Verifier classes by name: the built-in ones (``builtins.py``) and installed plugins' (the entry-point group)."""
 
 
 def register_verifier(name: str) -> Callable[[Type[Verifier]], Type[Verifier]]:
     """Class decorator: ``@register_verifier("my_task")`` makes ``get_verifier("my_task")`` build it."""
-
-    def decorate(cls: Type[Verifier]) -> Type[Verifier]:
-        if not (isinstance(cls, type) and issubclass(cls, Verifier)):
-            raise TypeError(f"@register_verifier({name!r}) needs a Verifier subclass, got {cls!r}")
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing is not cls and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"verifier name {name!r} is already registered by {existing.__module__}.{existing.__qualname__}")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
-
-
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from . import builtins  # noqa: F401  (imports the built-in verifier modules, which register themselves)
-
-
-def _load_entry_points() -> None:
-    global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
-        return
-    _ENTRY_POINTS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY:
-            continue
-        obj = ep.load()  # a module (registering on import) or a Verifier class
-        if isinstance(obj, type) and issubclass(obj, Verifier) and ep.name not in _REGISTRY:
-            register_verifier(ep.name)(obj)
+    return VERIFIERS.register(name)
 
 
 def available_verifiers() -> list:
-    _load_builtins()
-    _load_entry_points()
-    return sorted(_REGISTRY)
+    return VERIFIERS.names()
 
 
 def get_verifier_class(name: str) -> Type[Verifier]:
-    _load_builtins()
-    if name not in _REGISTRY:
-        _load_entry_points()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY)) or '(none)'}. "
-                       f"Third-party verifiers register through the {ENTRY_POINT_GROUP!r} entry-point group.")
-    return _REGISTRY[name]
+    return VERIFIERS[name]
 
 
 def get_verifier(name: str, **options: Any) -> Verifier:

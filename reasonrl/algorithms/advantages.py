@@ -23,22 +23,18 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from reasonrl.registry import Registry
+
 from .aggregation import check_same_shape, masked_fill_zero, masked_whiten
 
 AdvEstimator = Callable[..., Tuple[Tensor, Tensor]]
-ADV_ESTIMATORS: Dict[str, AdvEstimator] = {}
+ADV_ESTIMATORS = Registry("advantage estimator", config_key="algorithm.adv_estimator")
 
 
 def register_adv_estimator(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
     """Decorator that adds an estimator to ``ADV_ESTIMATORS`` under ``name``."""
 
-    def decorator(fn: AdvEstimator) -> AdvEstimator:
-        if name in ADV_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADV_ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
+    return ADV_ESTIMATORS.register(name)
 
 
 def compute_advantages(
@@ -61,8 +57,7 @@ def compute_advantages(
     ``baseline_scores`` [B] (ReMax): the reward of the greedy response to each response's prompt.
     ``pass_k`` (pass_at_k): the k of pass@k, 1 <= k <= group size.
     """
-    if name not in ADV_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADV_ESTIMATORS)}")
+    estimator = ADV_ESTIMATORS[name]
     if scores.dim() != 1 or mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
         raise ValueError(f"expected scores [B] and mask [B, T], got {tuple(scores.shape)} and {tuple(mask.shape)}")
     if group_index.shape != scores.shape:
@@ -70,7 +65,7 @@ def compute_advantages(
     check_same_shape(mask=mask, token_rewards=token_rewards, values=values)
     if baseline_scores is not None and baseline_scores.shape != scores.shape:
         raise ValueError(f"baseline_scores must be [B]={tuple(scores.shape)}, got {tuple(baseline_scores.shape)}")
-    return ADV_ESTIMATORS[name](
+    return estimator(
         scores=scores.float(),
         mask=mask,
         group_index=group_index,

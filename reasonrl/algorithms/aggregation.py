@@ -11,6 +11,8 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
+from reasonrl.registry import Registry
+
 
 
 def check_same_shape(**tensors: Tensor) -> None:
@@ -82,13 +84,12 @@ def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor, norm_length: Optional[in
     return masked_mean(per_seq, has_tokens)
 
 
-_AGGREGATORS: Dict[str, Callable[[Tensor, Tensor, Optional[int]], Tensor]] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
-}
-LOSS_AGG_MODES = tuple(_AGGREGATORS)
+LOSS_AGGREGATIONS = Registry("loss aggregation mode", config_key="algorithm.loss_agg_mode")
+"""Loss aggregations by name: ``fn(loss_mat [B, T], mask [B, T], norm_length) -> scalar``."""
+for _name, _fn in (("token-mean", _token_mean), ("seq-mean-token-mean", _seq_mean_token_mean),
+                   ("seq-mean-token-sum", _seq_mean_token_sum), ("seq-mean-token-sum-norm", _seq_mean_token_sum_norm)):
+    LOSS_AGGREGATIONS.register(_name, _fn)
+LOSS_AGG_MODES = tuple(LOSS_AGGREGATIONS)
 """The names ``aggregate_loss`` accepts."""
 
 
@@ -99,8 +100,7 @@ def agg_denominator(mask: Tensor, mode: str) -> Tensor:
     A mini-batch split into micro-batches gives the mini-batch's loss when each micro-batch's loss is weighted
     by its share of this denominator.
     """
-    if mode not in _AGGREGATORS:
-        raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {LOSS_AGG_MODES}")
+    LOSS_AGGREGATIONS[mode]  # an unknown mode raises UnknownName, naming the known ones
     valid = mask.bool()
     if mode == "token-mean":
         return valid.sum()
@@ -122,6 +122,4 @@ def aggregate_loss(
         length; defaults to T), then mean over all B sequences — the constant normaliser of Dr.GRPO.
     """
     check_same_shape(loss_mat=loss_mat, mask=mask)
-    if mode not in _AGGREGATORS:
-        raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {LOSS_AGG_MODES}")
-    return _AGGREGATORS[mode](loss_mat, mask, norm_length)
+    return LOSS_AGGREGATIONS[mode](loss_mat, mask, norm_length)

@@ -17,6 +17,8 @@ from typing import Callable, Dict
 import torch
 from torch import Tensor
 
+from reasonrl.registry import Registry
+
 from .aggregation import check_same_shape
 
 K3_LOG_RATIO_CLAMP = 20.0
@@ -41,7 +43,9 @@ def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     return (torch.exp(r) - r - 1).clamp(max=K3_MAX)
 
 
-KL_ESTIMATORS: Dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+KL_ESTIMATORS = Registry("KL estimator", config_key="algorithm.kl_loss_estimator / kl_reward_estimator")
+for _name, _fn in (("k1", kl_k1), ("k2", kl_k2), ("k3", kl_k3)):
+    KL_ESTIMATORS.register(_name, _fn)
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}  # the names verl users know
 
 
@@ -52,6 +56,4 @@ def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, estimator: str = "k3") 
     """
     check_same_shape(log_probs=log_probs, ref_log_probs=ref_log_probs)
     key = _ALIASES.get(estimator, estimator)
-    if key not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {sorted(KL_ESTIMATORS)}")
     return KL_ESTIMATORS[key](log_probs, ref_log_probs)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Dict
 
+from reasonrl.registry import Registry
+
 ADAPTIVE_ERROR_CLIP = 0.2
 """|current_kl / target - 1| is clipped to this, so one step moves the coefficient by at most 20% * n/horizon."""
 
@@ -69,14 +71,12 @@ class AdaptiveKLController(FixedKLController):
         return self.kl_coef
 
 
-KL_CONTROLLERS = ("fixed", "adaptive")
-"""The names of ``algorithm.kl_ctrl``."""
+KL_CONTROLLERS = Registry("KL controller", config_key="algorithm.kl_ctrl")
+"""``algorithm.kl_ctrl`` names: factories ``(kl_coef, target, horizon) -> controller``."""
+KL_CONTROLLERS.register("fixed", lambda kl_coef, target, horizon: FixedKLController(kl_coef))
+KL_CONTROLLERS.register("adaptive", AdaptiveKLController)
 
 
 def make_kl_controller(kind: str, kl_coef: float, target: float, horizon: float) -> FixedKLController:
     """The controller ``algorithm.kl_ctrl`` names (``target``/``horizon`` are used by ``adaptive`` only)."""
-    if kind == "fixed":
-        return FixedKLController(kl_coef)
-    if kind == "adaptive":
-        return AdaptiveKLController(kl_coef, target, horizon)
-    raise ValueError(f"unknown KL controller {kind!r}; choose one of {KL_CONTROLLERS}")
+    return KL_CONTROLLERS.build(kind, kl_coef, target, horizon)

@@ -24,13 +24,15 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from reasonrl.registry import Registry
+
 from .aggregation import aggregate_loss, check_same_shape, masked_fill_zero, masked_mean
 
 LOG_RATIO_CLAMP = 20.0
 """|log(pi / pi_old)| is clamped to this before exp so a stray token never gives inf."""
 
 PolicyLossFn = Callable[..., Tuple[Tensor, Dict[str, float]]]
-POLICY_LOSSES: Dict[str, PolicyLossFn] = {}
+POLICY_LOSSES = Registry("policy loss", config_key="algorithm.policy_loss")
 POLICY_LOSS_OPTIONS: Dict[str, Dict[str, float]] = {}
 """loss name -> {option: default} (empty for a loss without options)."""
 
@@ -45,9 +47,7 @@ def register_policy_loss(
     """
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
+        POLICY_LOSSES.register(name, fn)
         POLICY_LOSS_OPTIONS[name] = dict(options or {})
         return fn
 
@@ -60,8 +60,7 @@ def resolve_policy_loss_options(name: str, given: Optional[Dict[str, float]] = N
     Raises ``ValueError`` naming the loss and its allowed options for an option it does not declare, and for
     a value that is not a finite number.
     """
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}")
+    POLICY_LOSSES[name]  # an unknown name raises UnknownName, naming the known ones
     allowed = POLICY_LOSS_OPTIONS[name]
     resolved = dict(allowed)
     for key, value in (given or {}).items():

@@ -9,7 +9,6 @@ Imports neither torch nor ray.
 from .base import EnvContext, Environment, Reset, StepResult, ToolCall, check_arguments, tool
 from .registry import (ENTRY_POINT_GROUP, ENVIRONMENTS, available_environments, get_environment_class,
                        make_environment, register_environment)
-from . import builtins  # noqa: E402,F401  (the shipped environments register themselves, after the registry)
 
 __all__ = ["ENTRY_POINT_GROUP", "ENVIRONMENTS", "EnvContext", "Environment", "Reset", "StepResult", "ToolCall",
            "available_environments", "check_arguments", "get_environment_class", "make_environment",

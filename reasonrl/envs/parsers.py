@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from reasonrl.registry import Registry
+
 from .base import ToolCall
 
 HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -115,21 +117,24 @@ class ToolFormatParser:
         return self.tool.render(ToolResult(observation, error=error))
 
 
-PARSERS: Dict[str, Callable[..., Any]] = {"hermes": HermesParser}
-"""Parsers by name that need no tool object (``fenced_python`` comes with the python tool: ``ToolFormatParser``)."""
+PARSERS = Registry("tool-call parser", config_key="an environment's parser")
+"""Parser factories by name: ``(max_calls_per_turn, max_call_chars, tool) -> parser``; ``fenced_python`` wraps the
+python tool (``ToolFormatParser``), the others need no tool object."""
+PARSERS.register("hermes", lambda calls, chars, tool: HermesParser(max_calls_per_turn=calls, max_call_chars=chars))
+
+
+@PARSERS.register("fenced_python")
+def _fenced_python(calls: int, chars: int, tool: Optional[Any]) -> "ToolFormatParser":
+    if tool is None:
+        raise ValueError("the fenced_python parser needs the python tool")
+    return ToolFormatParser(tool, max_call_chars=chars)
 
 
 def make_parser(name: str, env_cfg: Any = None, tool: Optional[Any] = None) -> Any:
     """The parser ``name`` with the ``env`` section's limits; ``fenced_python`` wraps the python ``tool``."""
     calls = getattr(env_cfg, "max_calls_per_turn", 8)
     chars = getattr(env_cfg, "max_call_chars", 8192)
-    if name == "fenced_python":
-        if tool is None:
-            raise ValueError("the fenced_python parser needs the python tool")
-        return ToolFormatParser(tool, max_call_chars=chars)
-    if name not in PARSERS:
-        raise ValueError(f"unknown tool-call parser {name!r}; known: fenced_python, {', '.join(sorted(PARSERS))}")
-    return PARSERS[name](max_calls_per_turn=calls, max_call_chars=chars)
+    return PARSERS.build(name, calls, chars, tool)
 
 
 def describe_tools(tools: List[Dict[str, Any]]) -> str:

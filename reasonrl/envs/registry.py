@@ -1,62 +1,44 @@
-"""The environment registry: names to ``Environment`` classes, the built-in ones and third-party ones from the
-``reasonrl.environments`` entry-point group (as verifiers do with ``reasonrl.verifiers``)."""
+"""The environment registry: names to ``Environment`` classes, the shipped ones (``builtins.py``, imported on the
+first lookup) and third-party ones from the ``reasonrl.environments`` entry-point group (``reasonrl.registry``)."""
 from __future__ import annotations
 
-from importlib import metadata
-from typing import Callable, Dict, Type
+from typing import Any, Callable, Type
+
+from reasonrl.registry import Registry
 
 from .base import EnvContext, Environment
 
 ENTRY_POINT_GROUP = "reasonrl.environments"
-ENVIRONMENTS: Dict[str, Type[Environment]] = {}
+
+
+def _check_environment(name: str, cls: Any) -> Type[Environment]:
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise TypeError(f"@register_environment({name!r}) needs an Environment subclass, got {cls!r}")
+    cls.name = name
+    return cls
+
+
+ENVIRONMENTS = Registry("environment", config_key="a row's environment column or env.default",
+                        entry_point_group=ENTRY_POINT_GROUP, builtins=("reasonrl.envs.builtins",),
+                        check=_check_environment)
 """Registered environment classes by name (a dataset row's ``environment`` column)."""
-_ENTRY_POINTS_LOADED = False
 
 
 def register_environment(name: str) -> Callable[[Type[Environment]], Type[Environment]]:
     """Class decorator: ``@register_environment("name")`` on an ``Environment`` subclass."""
-
-    def decorator(cls: Type[Environment]) -> Type[Environment]:
-        if not (isinstance(cls, type) and issubclass(cls, Environment)):
-            raise TypeError(f"@register_environment({name!r}) needs an Environment subclass, got {cls!r}")
-        if ENVIRONMENTS.get(name, cls) is not cls:
-            raise ValueError(f"environment {name!r} is already registered ({ENVIRONMENTS[name].__qualname__})")
-        ENVIRONMENTS[name] = cls
-        cls.name = name
-        return cls
-
-    return decorator
-
-
-def _load_entry_points() -> None:
-    global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
-        return
-    _ENTRY_POINTS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in ENVIRONMENTS:
-            continue
-        obj = ep.load()  # a module that registers on import, or an Environment class
-        if isinstance(obj, type) and issubclass(obj, Environment) and ep.name not in ENVIRONMENTS:
-            register_environment(ep.name)(obj)
+    return ENVIRONMENTS.register(name)
 
 
 def available_environments() -> list:
     """Every environment name: built-in and from installed plugins."""
-    _load_entry_points()
-    return sorted(ENVIRONMENTS)
+    return ENVIRONMENTS.names()
 
 
 def get_environment_class(name: str) -> Type[Environment]:
-    """The class registered as ``name``; a KeyError naming the known ones otherwise."""
-    if name not in ENVIRONMENTS:
-        _load_entry_points()
-    if name not in ENVIRONMENTS:
-        raise KeyError(f"unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS)) or '(none)'}. "
-                       f"Third-party environments register through the {ENTRY_POINT_GROUP!r} entry-point group.")
+    """The class registered as ``name``; ``UnknownName`` (a KeyError) naming the known ones otherwise."""
     return ENVIRONMENTS[name]
 
 
 def make_environment(name: str, context: EnvContext) -> Environment:
     """A new ``name`` environment (one per trajectory) sharing ``context``."""
-    return get_environment_class(name)(context)
+    return ENVIRONMENTS.build(name, context)

@@ -24,8 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 from urllib.parse import urlparse
 
 from reasonrl.config.load import ConfigError
+from reasonrl.registry import Registry
 
-LOGGER_NAMES: Tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb")
 
 # (label, keys tried in order, format) for the one-line console summary.
 CONSOLE_COLUMNS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
@@ -311,6 +311,15 @@ class RunLogger:
         self.close()
 
 
+LOGGERS = Registry("logger", config_key="trainer.logger")
+"""Logger factories by name: ``(run_dir: Path, config_dict, project, experiment) -> backend``."""
+LOGGERS.register("console", lambda path, config_dict, project, experiment: ConsoleLogger())
+LOGGERS.register("jsonl", lambda path, config_dict, project, experiment: JsonlLogger(path))
+LOGGERS.register("tensorboard", lambda path, config_dict, project, experiment: TensorBoardLogger(path, config_dict))
+LOGGERS.register("wandb", WandbLogger)
+LOGGER_NAMES: Tuple[str, ...] = tuple(LOGGERS)
+
+
 def make_logger(names: Sequence[str], run_dir: str, config_dict: Dict[str, Any], project: str,
                 experiment: str) -> RunLogger:
     """Build a RunLogger from ``trainer.logger`` names; unknown or unavailable loggers fail here, not mid-run."""
@@ -328,14 +337,7 @@ def make_logger(names: Sequence[str], run_dir: str, config_dict: Dict[str, Any],
     backends: List[Any] = []
     try:
         for name in wanted:
-            if name == "console":
-                backends.append(ConsoleLogger())
-            elif name == "jsonl":
-                backends.append(JsonlLogger(path))
-            elif name == "tensorboard":
-                backends.append(TensorBoardLogger(path, config_dict))
-            else:
-                backends.append(WandbLogger(path, config_dict, project, experiment))
+            backends.append(LOGGERS.build(name, path, config_dict, project, experiment))
     except BaseException:
         for backend in backends:
             backend.close()

@@ -6,16 +6,13 @@ Imports neither torch nor ray.
 """
 from typing import Any
 
-from . import python  # noqa: F401  (registers the built-in tool; python.py imports only base and registry)
 from .base import Tool, ToolResult, ToolSession
 from .registry import TOOLS, register_tool
 
 
 def make_tool(cfg: Any) -> Tool:
     """The tool named by ``cfg.name`` (the ``tool`` config section), built from that section."""
-    if cfg.name not in TOOLS:
-        raise ValueError(f"unknown tool {cfg.name!r} (tool.name); known: {', '.join(sorted(TOOLS))}")
-    return TOOLS[cfg.name](cfg)
+    return TOOLS.build(cfg.name, cfg)
 
 
 __all__ = ["TOOLS", "Tool", "ToolResult", "ToolSession", "make_tool", "register_tool"]

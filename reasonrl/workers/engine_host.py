@@ -69,14 +69,11 @@ def adapter_only_sync(cfg) -> bool:
 def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str):
     """The worker's rollout engine (``rollout.engine``); a vLLM engine that will take adapter-only syncs starts with
     LoRA enabled at the adapter's rank."""
-    from reasonrl.rollout import make_rollout_engine, resolve_engine_name
+    from reasonrl.rollout import make_rollout_engine
 
     max_len = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
-    if adapter_only_sync(cfg) and resolve_engine_name(cfg.rollout.engine) == "vllm":
-        from reasonrl.rollout.vllm_engine import VLLMRolloutEngine
-
-        return VLLMRolloutEngine(model_path, cfg.rollout, dtype, device, max_len, lora_rank=cfg.actor.lora.rank)
-    return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len)
+    return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len,
+                               lora_rank=cfg.actor.lora.rank if adapter_only_sync(cfg) else 0)
 
 
 class EngineHost:
