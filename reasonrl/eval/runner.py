@@ -13,11 +13,12 @@ import logging
 import os
 import re
 import time
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from reasonrl.config.schema import Config
-from reasonrl.config.device_defaults import resolve_device
 
+from .plan import EvalError, EvalPlan
 from .metrics import BREAKDOWN_KEYS, ProblemOutcome, majority_vote, pass_at_k, summarize
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
@@ -25,10 +26,6 @@ from reasonrl.interrupt import stop_at_boundary
 from .store import SampleStore
 
 log = logging.getLogger(__name__)
-
-
-class EvalError(RuntimeError):
-    """An evaluation that cannot run as configured (bad model path, missing verifier, greedy with n > 1...)."""
 
 
 def resolve_eval_model(path: str) -> str:
@@ -62,23 +59,6 @@ def resolve_eval_model(path: str) -> str:
                         f"directory with checkpoints/step_*/hf is expected)")
     resolved = resolve_model_path(path)
     return os.path.abspath(resolved) if os.path.isdir(resolved) else resolved
-
-
-def check_sampling(cfg: Config) -> None:
-    """Reject sampling settings that cannot give meaningful pass@k."""
-    e = cfg.eval
-    if e.n < 1:
-        raise EvalError(f"eval.n must be >= 1, got {e.n}")
-    if e.temperature <= 0 and e.n > 1:
-        raise EvalError(f"eval.temperature={e.temperature} (greedy) with eval.n={e.n} would repeat one answer "
-                        f"{e.n} times; use eval.n=1 for greedy, or eval.temperature>0 for sampling")
-    if not 0 < e.top_p <= 1:
-        raise EvalError(f"eval.top_p must be in (0, 1], got {e.top_p}")
-    if e.max_new_tokens < 1 or e.batch_size < 1:
-        raise EvalError("eval.max_new_tokens and eval.batch_size must be >= 1")
-    bad_k = [k for k in e.k if not 1 <= k <= e.n]
-    if not e.k or bad_k:
-        raise EvalError(f"eval.k needs values between 1 and eval.n ({e.n}); got {list(e.k)}")
 
 
 def prompt_fingerprint(token_ids: Sequence[int]) -> str:
@@ -160,8 +140,9 @@ def table_row(record: Dict[str, Any], ks: Sequence[int]) -> Dict[str, Any]:
     return row
 
 
-def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Dict[str, Any]], store: SampleStore,
-                       model_path: str, tokenizer, timing: Dict[str, float], echo: Callable[[str], None]) -> None:
+def _sample_and_verify(cfg: Config, plan: EvalPlan, dataset, todo: List[int], done: Dict[int, Dict[str, Any]],
+                       store: SampleStore, model_path: str, tokenizer, timing: Dict[str, float],
+                       echo: Callable[[str], None]) -> None:
     """Sample and verify the ``todo`` problems batch by batch, appending each verified batch to ``store``."""
     from tqdm import tqdm
 
@@ -170,16 +151,14 @@ def _sample_and_verify(cfg: Config, dataset, todo: List[int], done: Dict[int, Di
     from reasonrl.rollout import SamplingParams, make_rollout_engine
 
     e = cfg.eval
-    sampling = SamplingParams(n=e.n, temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens,
-                              logprobs=False)
+    sampling = SamplingParams(**plan.sampling)
     engine = pool = bar = tools = None
     with stop_at_boundary("finishing the batch in flight and saving its samples, then stopping") as stop:
         try:
-            device = resolve_device(cfg.trainer.device)
-            engine = make_rollout_engine(cfg.rollout, model_path, tokenizer, torch_dtype(cfg.model.dtype, device),
-                                         device, cfg.data.max_prompt_length + e.max_new_tokens)
+            engine = make_rollout_engine(replace(cfg.rollout, engine=plan.engine), model_path, tokenizer,
+                                         torch_dtype(cfg.model.dtype, plan.device), plan.device, plan.max_model_len)
             generator = engine
-            if cfg.tool.enabled:  # multi-turn: the model's tool calls run in the sandbox (docs/tools.md)
+            if plan.generator == "tools":  # multi-turn: the model's tool calls run in the sandbox (docs/tools.md)
                 from reasonrl.rollout.multiturn import ToolRollout
 
                 generator = tools = ToolRollout.from_config(engine, tokenizer, cfg)
@@ -234,16 +213,13 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
     from reasonrl.datasets import task_files
     from reasonrl.models import load_tokenizer
     from reasonrl.rewards import check_verifiers
-    from reasonrl.rollout import resolve_engine_name
 
-    check_sampling(cfg)
+    plan = EvalPlan.build(cfg)  # sampling, device, engine: checked before anything loads
     e = cfg.eval
-    if e.split not in ("val", "train"):
-        raise EvalError(f"eval.split must be val or train, got {e.split!r}")
     started = time.time()
     model_path = resolve_eval_model(cfg.model.path)
-    explicit = cfg.data.val_files if e.split == "val" else cfg.data.train_files
-    files = [os.path.abspath(f) for f in task_files(cfg.task, e.split, explicit)]
+    explicit = cfg.data.val_files if plan.split == "val" else cfg.data.train_files
+    files = [os.path.abspath(f) for f in task_files(cfg.task, plan.split, explicit)]
     try:
         tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
     except Exception as exc:  # a missing directory, an unknown hub id offline, a broken export
@@ -261,7 +237,7 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
         "model_path": model_path, "task": cfg.task, "split": e.split, "files": files, "n": e.n,
         "temperature": e.temperature, "top_p": e.top_p, "max_new_tokens": e.max_new_tokens,
         "system_prompt": cfg.data.system_prompt, "apply_chat_template": cfg.data.apply_chat_template,
-        **({"tool": {**vars(cfg.tool), "max_turns": cfg.rollout.max_turns}} if cfg.tool.enabled else {}),
+        **({"tool": {**vars(cfg.tool), "max_turns": cfg.rollout.max_turns}} if plan.generator == "tools" else {}),
     })
     stored = store.load()
     done: Dict[int, Dict[str, Any]] = {}
@@ -278,16 +254,14 @@ def run_eval(cfg: Config, echo: Callable[[str], None] = print) -> Dict[str, Any]
         echo(f"resuming: {len(done)} of {len(dataset)} problems already verified in {store.samples_path}")
 
     timing = {"generate_s": 0.0, "verify_s": 0.0}
-    engine_name = None
     if todo:
-        engine_name = resolve_engine_name(cfg.rollout.engine)
-        _sample_and_verify(cfg, dataset, todo, done, store, model_path, tokenizer, timing, echo)
+        _sample_and_verify(cfg, plan, dataset, todo, done, store, model_path, tokenizer, timing, echo)
 
     records = [done[i] for i in range(len(dataset))]
     summary: Dict[str, Any] = {
         "task": cfg.task, "model": cfg.model.path, "model_path": model_path, "split": e.split, "files": files,
         "n": e.n, "k": list(e.k), "temperature": e.temperature, "top_p": e.top_p,
-        "max_new_tokens": e.max_new_tokens, "limit": e.limit, "engine": engine_name, "verifiers": verifier_names,
+        "max_new_tokens": e.max_new_tokens, "limit": e.limit, "engine": plan.engine if todo else None, "verifiers": verifier_names,
         "prompts_dropped_too_long": dataset.dropped,
         "resumed_problems": len(dataset) - len(todo), "generated_problems": len(todo),
         "metrics": summarize([outcome_of(r) for r in records], e.k),

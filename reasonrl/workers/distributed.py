@@ -7,6 +7,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from reasonrl.config.device_defaults import resolve_device
+
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int, device: str):
     """Join the process group; returns the device mesh."""
@@ -37,9 +39,9 @@ def all_reduce_max(value: float, device: str) -> float:
 
 def start_rank(trainer_device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
                num_threads: int = 0):
-    """What every worker rank does first: pick its device (cuda when there is one and ``trainer.device`` is not
-    cpu), cap CPU threads, join the group and seed torch. Returns (device, mesh)."""
-    device = "cuda" if torch.cuda.is_available() and trainer_device != "cpu" else "cpu"
+    """What every worker rank does first: pick its device (``resolve_device``, the rule the RunPlan applied),
+    cap CPU threads, join the group and seed torch. Returns (device, mesh)."""
+    device = resolve_device(trainer_device)
     if device == "cpu" and num_threads:
         torch.set_num_threads(num_threads)
     mesh = init_distributed(rank, world_size, master_addr, master_port, device)

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List
 import torch
 
 from reasonrl.config import from_dict
+from reasonrl.config.device_defaults import resolve_device
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
@@ -31,7 +32,7 @@ class RolloutWorker:
                  master_port: int = 0, num_threads: int = 0) -> None:
         self.cfg = from_dict(config)
         self.rank = rank
-        self.device = "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu"
+        self.device = resolve_device(self.cfg.trainer.device)
         if self.device == "cuda":
             torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
         elif num_threads:
