@@ -24,7 +24,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from reasonrl.envs import EnvContext, StepResult, make_environment
 from reasonrl.envs.chat import ChatTurns, encode_observation, special_token_ids  # noqa: F401  (re-exported)
@@ -82,17 +82,18 @@ class DriftError(RuntimeError):
 
 class ToolRollout:
     """``generate(prompt_token_ids, sampling, rows=None)`` like a RolloutEngine's, with environment turns inside each
-    sample. ``tool``: the loop's tool (the ``python`` environment's); ``default_env``: the environment of rows that
-    name none (None: plain prompts); ``row_source``: rows for prompt ids when ``generate`` is given none."""
+    sample; ``rows`` are the prompts' dataset rows (the trainer's prompt batch carries them, meta ``rows``), each
+    prompt's environment is reset with its own; without them every prompt runs in ``default_env``. ``tool``: the
+    loop's tool (the ``python`` environment's); ``default_env``: the environment of rows that name none (None: plain
+    prompts)."""
 
     def __init__(self, engine: Any, tokenizer: Any, tool: Any = None, max_turns: int = 4, concurrency: int = 8,
-                 env_cfg: Any = None, default_env: Optional[str] = "python", tool_cfg: Any = None,
-                 row_source: Optional[Callable[[List[List[int]]], List[Dict[str, Any]]]] = None) -> None:
+                 env_cfg: Any = None, default_env: Optional[str] = "python", tool_cfg: Any = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.engine, self.tokenizer = engine, tokenizer
         self.max_turns, self.concurrency = max_turns, max(1, concurrency)
-        self.env_cfg, self.default_env, self.row_source = env_cfg, default_env or None, row_source
+        self.env_cfg, self.default_env = env_cfg, default_env or None
         self.context = EnvContext(tool_cfg, env_cfg)
         if tool is not None:
             self.context.shared("tool", lambda: tool)
@@ -106,15 +107,12 @@ class ToolRollout:
 
     @classmethod
     def from_config(cls, engine: Any, tokenizer: Any, cfg: Any) -> "ToolRollout":
-        """From a whole ``Config``: its ``tool`` and ``env`` sections and ``rollout.max_turns``; rows are found by
-        their prompt's tokens in the run's data files (``reasonrl.envs.rows``)."""
+        """From a whole ``Config``: its ``tool`` and ``env`` sections and ``rollout.max_turns``."""
         from reasonrl.config.env_schema import NO_ENVIRONMENT
-        from reasonrl.envs.rows import PromptRows
 
         default = cfg.tool.name if cfg.env.default is None else cfg.env.default
         return cls(engine, tokenizer, None, cfg.rollout.max_turns, cfg.tool.concurrency, env_cfg=cfg.env,
-                   default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool,
-                   row_source=PromptRows(cfg, tokenizer))
+                   default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool)
 
     def close(self) -> None:
         self.context.close()
@@ -134,7 +132,9 @@ class ToolRollout:
         if not prompt_token_ids:
             return []
         if rows is None:
-            rows = self.row_source(prompt_token_ids) if self.row_source is not None else [{}] * len(prompt_token_ids)
+            rows = [{}] * len(prompt_token_ids)
+        if len(rows) != len(prompt_token_ids):
+            raise ValueError(f"{len(rows)} dataset rows for {len(prompt_token_ids)} prompts")
         budget = sampling.max_new_tokens
         self._end_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         groups: List[List[Trajectory]] = []
