@@ -5,7 +5,8 @@ name none; no environment: a plain prompt, one model turn). Each round, every un
 (prompt + everything so far) goes to the engine, one batched ``generate`` call per set of stop strings (each
 environment's call format has its own, ``reasonrl.envs.parsers``). A model turn ends at a stop string, at EOS, or
 when the token budget is spent; the calls it made are parsed, and the trajectories' steps then run concurrently
-(``reasonrl.envs.steps``: a thread per trajectory, ``env.step_timeout_s`` per call). Each answer is appended as a tool
+(``reasonrl.envs.steps``: a thread per trajectory, ``env.step_timeout_s`` per call; with ``env.placement=ray`` each
+step is a call to the trajectory's environment actor, ``reasonrl.envs.remote``). Each answer is appended as a tool
 turn, tokenized once: inline text (``fenced_python``), or a ``tool`` message in the chat template's own markup
 (``hermes``, ``reasonrl.envs.chat``). Token in, token out: a trajectory's ``token_ids`` are exactly the tokens the
 engine produced plus the tool turns' tokens, never a re-tokenisation; ``tool_mask`` marks the tool turns, which
@@ -30,6 +31,7 @@ from reasonrl.envs import EnvContext, StepResult, make_environment
 from reasonrl.envs.chat import ChatTurns, encode_observation, special_token_ids  # noqa: F401  (re-exported)
 from reasonrl.envs.parsers import ParsedTurn, make_parser
 from reasonrl.envs.python_env import context_tool
+from reasonrl.envs.remote import make_pool
 from reasonrl.envs.steps import run_jobs
 
 from .base import Completion, SamplingParams
@@ -95,6 +97,7 @@ class ToolRollout:
         self.max_turns, self.concurrency = max_turns, max(1, concurrency)
         self.env_cfg, self.default_env = env_cfg, default_env or None
         self.context = EnvContext(tool_cfg, env_cfg)
+        self.env_pool = make_pool(tool_cfg, env_cfg)  # env.placement=ray: the environments run in Ray actors
         if tool is not None:
             self.context.shared("tool", lambda: tool)
         self.chat = ChatTurns(tokenizer)
@@ -115,6 +118,8 @@ class ToolRollout:
                    default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool)
 
     def close(self) -> None:
+        if self.env_pool is not None:
+            self.env_pool.close()
         self.context.close()
 
     def _limit(self, key: str, default: Any) -> Any:
@@ -163,7 +168,7 @@ class ToolRollout:
         if name is None:
             return t
         try:
-            t.env = make_environment(name, self.context)
+            t.env = self.env_pool.make(name) if self.env_pool is not None else make_environment(name, self.context)
             t.env.reset(row or {})
             t.parser = self.parser_for(t.env)
         except Exception as exc:  # a broken environment fails its trajectories, not the batch
