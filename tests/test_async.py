@@ -233,10 +233,11 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
     """task=math_tool in async mode: the RolloutWorker generates through the multi-turn tool loop (its rows carry the
     tool mask and counts the trainer's loss mask and tool metrics need), not through the bare engine."""
     from reasonrl.config import load_config, to_dict
-    from reasonrl.data import Batch, PromptDataset
+    from reasonrl.data import PromptDataset
     from reasonrl.datasets import task_files
     from reasonrl.models import load_tokenizer
     from reasonrl.rollout.multiturn import ToolRollout
+    from reasonrl.trainer.streaming import prompt_batch
     from reasonrl.workers.rollout_worker import RolloutWorker
 
     cfg, _ = load_config(["task=math_tool", "trainer.mode=async", "rollout.engine=hf", "tool.sandbox=bwrap",
@@ -246,7 +247,7 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
         assert isinstance(worker.generator, ToolRollout)
         data = PromptDataset(task_files("math_tool", "train", None), load_tokenizer(model_path), 384)
         sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "logprobs": True}
-        rows = worker.generate(Batch(meta={"prompt_ids": [data[0].token_ids]}), sampling)
+        rows = worker.generate(prompt_batch([data[0]]), sampling)
     finally:
         worker.generator.close()
     assert len(rows) == 2 and rows["weights_version"] == [0, 0]

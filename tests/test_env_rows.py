@@ -1,8 +1,13 @@
-"""What a worker's generator does with task=search: ``ToolRollout.from_config`` finds each prompt's dataset row
-by the prompt's tokens (rendered as the trainer renders them) and runs it in its environment; the slow test
-generates with a tiny random policy and the real SmolLM2 tokenizer on the hf engine (it calls no tool: the wiring
-is what is checked)."""
+"""The dataset rows reach the environments with the prompts: the trainer's prompt batch carries each prompt's row
+(meta ``rows``, ``trainer.streaming.prompt_batch``), the worker's engine host hands them to the tool loop, and each
+trajectory's environment is reset with its own row. Two rows with the same prompt and different answers (which a
+lookup by the prompt's tokens cannot tell apart) each get theirs, also split across engines as the worker group
+splits a batch. The model's turns are scripted (tests/env_helpers.py); the tokenizer, the rendering, the data file,
+the engine host and the loop are real. The slow test generates with a tiny random policy on the hf engine
+(task=search: it calls no tool, the wiring is what is checked)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -11,9 +16,87 @@ from helpers import make_tiny_policy
 from reasonrl.config import load_config
 from reasonrl.data.prompts import PromptDataset
 from reasonrl.datasets import task_files
+from reasonrl.envs import Environment, StepResult, register_environment, tool
 from reasonrl.models import load_tokenizer
-from reasonrl.rollout import SamplingParams
-from reasonrl.rollout.multiturn import ToolRollout
+from reasonrl.rollout.base import Completion
+from reasonrl.trainer.streaming import prompt_batch
+from reasonrl.workers.engine_host import EngineHost
+
+
+@register_environment("test_row_secret")
+class RowSecret(Environment):
+    """``secret()`` answers the row's ``extra_info.secret`` and rewards the row's ``extra_info.reward``."""
+
+    @tool("Tell the secret.")
+    def secret(self):
+        info = self.row["extra_info"]
+        return StepResult(str(info["secret"]), reward=float(info["reward"]))
+
+
+class CallThenAnswer:
+    """A scripted model: a ``secret`` call while the context holds no tool turn, then a final answer."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.tool_turn = tokenizer.encode("<|im_start|>tool", add_special_tokens=False)
+
+    def generate(self, prompts, sampling):
+        out = []
+        for context in prompts:
+            told = any(context[i:i + len(self.tool_turn)] == self.tool_turn for i in range(len(context)))
+            text = "\\boxed{done}" if told else '<tool_call>{"name": "secret", "arguments": {}}</tool_call>'
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            out.append([Completion(ids, text, [-0.5] * len(ids), "stop") for _ in range(sampling.n)])
+        return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    return load_tokenizer(model_path)
+
+
+def same_prompt_rows(tmp_path, secrets):
+    """A data file of rows with one prompt and different environment answers."""
+    path = tmp_path / "same_prompt.jsonl"
+    prompt = [{"role": "user", "content": "What is the secret? Ask the tool."}]
+    with open(path, "w") as f:
+        for i, secret in enumerate(secrets):
+            f.write(json.dumps({"data_source": "test", "prompt": prompt, "ability": "test",
+                                "environment": "test_row_secret",
+                                "reward_model": {"style": "rule", "ground_truth": secret},
+                                "extra_info": {"secret": secret, "reward": i / 10}}) + "\n")
+    return str(path)
+
+
+def test_rows_with_the_same_prompt_each_reach_their_own_environment(tmp_path, tokenizer):
+    secrets = ["alpha", "bravo", "charlie", "delta"]
+    files = same_prompt_rows(tmp_path, secrets)
+    cfg, _ = load_config(["task=search", "rollout.engine=hf", f"data.train_files=[{files}]", "env.default=none"],
+                         cuda_available=False)
+    prompts = list(PromptDataset([files], tokenizer, cfg.data.max_prompt_length))
+    assert len({tuple(p.token_ids) for p in prompts}) == 1  # one prompt: its tokens cannot tell the rows apart
+    batch = prompt_batch(prompts)
+    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu")
+    try:
+        for parts in (1, 2):  # one engine, or two engines each with its part of the batch (WorkerGroup's split)
+            sampling = {"n": 2, "max_new_tokens": 100}
+            out = [rows for part in batch.chunk(parts) for rows in host.generate_chunks(part, sampling, 1)]
+            told = [c[1]["content"] for part in out for c in part["conversation"]]
+            assert told == [s for s in secrets for _ in range(2)]
+            assert [r for part in out for r in part["env_reward"]] == [i / 10 for i in range(4) for _ in range(2)]
+            assert all(f == "" for part in out for f in part["env_failed"])
+    finally:
+        host.generator.close()
+
+
+def test_a_batch_without_rows_runs_the_default_environment(tokenizer, tmp_path):
+    cfg, _ = load_config(["task=search", "rollout.engine=hf", "env.default=none"], cuda_available=False)
+    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu")
+    from reasonrl.data.batch import Batch
+
+    prompt = tokenizer.encode("hello", add_special_tokens=False)
+    [rows] = list(host.generate_chunks(Batch(meta={"prompt_ids": [prompt]}), {"n": 1, "max_new_tokens": 50}, 0))
+    assert rows["env"] == [""] and rows["turns"] == [1]  # env.default=none: a plain prompt, one model turn
 
 
 @pytest.fixture(scope="module")
@@ -26,26 +109,18 @@ def search_run(tmp_path_factory, model_path):
         yield cfg, tokenizer, data
 
 
-def test_search_prompts_find_their_rows_by_their_tokens(search_run):
-    cfg, tokenizer, data = search_run
-    assert len(data) == 800  # no prompt is longer than the CPU profile's max_prompt_length
-    rows = ToolRollout.from_config(None, tokenizer, cfg).row_source([data[0].token_ids, data[5].token_ids, [1, 2]])
-    assert [r["reward_model"]["ground_truth"] for r in rows[:2]] == \
-        [data[0].row["reward_model"]["ground_truth"], data[5].row["reward_model"]["ground_truth"]]
-    assert rows[0]["environment"] == "search" and rows[2] == {}
-
-
 @pytest.mark.slow
 def test_search_prompts_run_in_the_search_environment(search_run, tmp_path, model_path):
     from reasonrl.rollout.hf_engine import HFRolloutEngine
 
     cfg, tokenizer, data = search_run
+    assert len(data) == 800  # no prompt is longer than the CPU profile's max_prompt_length
     engine = HFRolloutEngine.from_pretrained(make_tiny_policy(tmp_path / "policy", model_path), tokenizer,
                                              torch.float32, "cpu")
-    loop = ToolRollout.from_config(engine, tokenizer, cfg)
+    host = EngineHost(engine, tokenizer, cfg, "cpu")
     try:
-        out = loop.generate([data[0].token_ids, data[5].token_ids], SamplingParams(n=2, max_new_tokens=8))
-        assert [[c.env for c in g] for g in out] == [["search"] * 2] * 2
-        assert all(len(c.token_ids) == len(c.tool_mask) <= 8 for g in out for c in g)
+        [out] = list(host.generate_chunks(prompt_batch([data[0], data[5]]), {"n": 2, "max_new_tokens": 8}, 0))
+        assert out["env"] == ["search"] * 4
+        assert all(len(ids) == len(m) <= 8 for ids, m in zip(out["response_ids"], out["tool_mask"]))
     finally:
-        loop.close()
+        host.generator.close()

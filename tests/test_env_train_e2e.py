@@ -1,6 +1,6 @@
 """The real training command with task=search on CPU: one GRPO step with the real SmolLM2 (hf engine), Ray and
 FSDP2, at tiny settings. The rollout runs through the environment loop (the rows name the search environment and
-are found by their prompt tokens); the step must finish and log its metrics."""
+travel with the prompt batch); the step must finish and log its metrics."""
 from __future__ import annotations
 
 import json

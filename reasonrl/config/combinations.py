@@ -29,6 +29,12 @@ def combination_problems(cfg) -> List[Problem]:
     if cfg.actor.lora.rank > 0 and r.tensor_parallel_size > 1 and not cfg.actor.lora.merge_for_rollout:
         out.append(("actor.lora.merge_for_rollout", "must be true with rollout.tensor_parallel_size > 1 (adapter-only "
                                                     "sync into a sharded engine is not wired)"))
+    e = cfg.env
+    if e.placement == "ray" and not cfg.tool.enabled:
+        out.append(("env.placement", "ray needs tool.enabled=true: without the multi-turn loop no environment runs"))
+    if e.placement != "ray" and e.resources:
+        out.append(("env.resources", f"{dict(e.resources)} needs env.placement=ray (local environments run in the "
+                                     f"rollout worker's own process, where Ray resources do not apply)"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout

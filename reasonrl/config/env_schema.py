@@ -5,17 +5,18 @@ Its numeric fields' intervals are added to ``ranges.FIELD_RANGES`` here (the res
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional
 
 from .ranges import FIELD_RANGES
 
 ENV_FIELD_RANGES = {
     "env.step_timeout_s": "(0, inf)", "env.max_calls_per_turn": "[1, inf)", "env.max_call_chars": "[1, inf)",
-    "env.max_observation_chars": "[1, inf)",
+    "env.max_observation_chars": "[1, inf)", "env.num_actors": "[1, inf)", "env.num_cpus_per_actor": "[0, inf)",
 }
 FIELD_RANGES.update(ENV_FIELD_RANGES)
 NO_ENVIRONMENT = "none"
+PLACEMENTS = ("local", "ray")
 
 
 @dataclass
@@ -41,12 +42,28 @@ class EnvConfig:
     drift_fatal: bool = False
     """With ``drift_check``: a trajectory whose tokens differ from the rendering stops the rollout with an error
     naming the first differing position."""
+    placement: str = "local"
+    """Where environment steps run: ``local`` (threads of the generating worker's process) or ``ray`` (a pool of
+    ``num_actors`` Ray actors per generating worker, on the nodes that have ``num_cpus_per_actor`` CPUs and
+    ``resources`` free; a dead actor fails only the trajectories it held, ``reasonrl/envs/remote.py``)."""
+    num_actors: int = 2
+    """With ``placement=ray``: environment actors per generating worker; each runs up to ``tool.concurrency``
+    steps at once, and a trajectory stays on the actor it started on."""
+    num_cpus_per_actor: float = 1.0
+    """With ``placement=ray``: CPUs each environment actor reserves from Ray (0: none)."""
+    resources: Dict[str, float] = field(default_factory=dict)
+    """With ``placement=ray``: Ray custom resources each environment actor asks for, to pin the actors to the nodes
+    started with them (``ray start --resources='{"env_node": 8}'`` and ``env.resources={env_node: 1}``)."""
 
 
 def check_env_config(cfg: Any, need: Callable[[bool, str, str], None]) -> None:
     """Cross-field rules of the ``env`` section (``need(ok, key, message)`` raises the ConfigError)."""
     e = cfg.env
     need(not e.drift_fatal or e.drift_check, "env.drift_fatal", "needs env.drift_check=true")
+    need(e.placement in PLACEMENTS, "env.placement", f"must be one of {', '.join(PLACEMENTS)}, got {e.placement!r}")
+    bad = {k: v for k, v in (e.resources or {}).items()
+           if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0}
+    need(not bad, "env.resources", f"must map resource names to amounts >= 0, got {bad}")
     if e.default not in (None, NO_ENVIRONMENT, ""):
         from reasonrl.envs import available_environments
 

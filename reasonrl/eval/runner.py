@@ -169,7 +169,11 @@ def _sample_and_verify(cfg: Config, plan: EvalPlan, dataset, todo: List[int], do
                 bar.set_description("sampling")
                 sampling.seed = cfg.trainer.seed + batch[0]
                 t0 = time.time()
-                outputs = generator.generate([dataset[i].token_ids for i in batch], sampling)
+                prompt_ids = [dataset[i].token_ids for i in batch]
+                if tools is not None:  # each prompt's environment is reset with its own row
+                    outputs = tools.generate(prompt_ids, sampling, rows=[dataset[i].row for i in batch])
+                else:
+                    outputs = generator.generate(prompt_ids, sampling)
                 timing["generate_s"] += time.time() - t0
                 bar.set_description("verifying")
                 items = [verify_item(dataset[i].row, c.text, cfg.reward)

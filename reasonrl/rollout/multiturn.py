@@ -5,7 +5,8 @@ name none; no environment: a plain prompt, one model turn). Each round, every un
 (prompt + everything so far) goes to the engine, one batched ``generate`` call per set of stop strings (each
 environment's call format has its own, ``reasonrl.envs.parsers``). A model turn ends at a stop string, at EOS, or
 when the token budget is spent; the calls it made are parsed, and the trajectories' steps then run concurrently
-(``reasonrl.envs.steps``: a thread per trajectory, ``env.step_timeout_s`` per call). Each answer is appended as a tool
+(``reasonrl.envs.steps``: a thread per trajectory, ``env.step_timeout_s`` per call; with ``env.placement=ray`` each
+step is a call to the trajectory's environment actor, ``reasonrl.envs.remote``). Each answer is appended as a tool
 turn, tokenized once: inline text (``fenced_python``), or a ``tool`` message in the chat template's own markup
 (``hermes``, ``reasonrl.envs.chat``). Token in, token out: a trajectory's ``token_ids`` are exactly the tokens the
 engine produced plus the tool turns' tokens, never a re-tokenisation; ``tool_mask`` marks the tool turns, which
@@ -24,12 +25,13 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from reasonrl.envs import EnvContext, StepResult, make_environment
 from reasonrl.envs.chat import ChatTurns, encode_observation, special_token_ids  # noqa: F401  (re-exported)
 from reasonrl.envs.parsers import ParsedTurn, make_parser
 from reasonrl.envs.python_env import context_tool
+from reasonrl.envs.remote import make_pool
 from reasonrl.envs.steps import run_jobs
 
 from .base import Completion, SamplingParams
@@ -82,18 +84,20 @@ class DriftError(RuntimeError):
 
 class ToolRollout:
     """``generate(prompt_token_ids, sampling, rows=None)`` like a RolloutEngine's, with environment turns inside each
-    sample. ``tool``: the loop's tool (the ``python`` environment's); ``default_env``: the environment of rows that
-    name none (None: plain prompts); ``row_source``: rows for prompt ids when ``generate`` is given none."""
+    sample; ``rows`` are the prompts' dataset rows (the trainer's prompt batch carries them, meta ``rows``), each
+    prompt's environment is reset with its own; without them every prompt runs in ``default_env``. ``tool``: the
+    loop's tool (the ``python`` environment's); ``default_env``: the environment of rows that name none (None: plain
+    prompts)."""
 
     def __init__(self, engine: Any, tokenizer: Any, tool: Any = None, max_turns: int = 4, concurrency: int = 8,
-                 env_cfg: Any = None, default_env: Optional[str] = "python", tool_cfg: Any = None,
-                 row_source: Optional[Callable[[List[List[int]]], List[Dict[str, Any]]]] = None) -> None:
+                 env_cfg: Any = None, default_env: Optional[str] = "python", tool_cfg: Any = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.engine, self.tokenizer = engine, tokenizer
         self.max_turns, self.concurrency = max_turns, max(1, concurrency)
-        self.env_cfg, self.default_env, self.row_source = env_cfg, default_env or None, row_source
+        self.env_cfg, self.default_env = env_cfg, default_env or None
         self.context = EnvContext(tool_cfg, env_cfg)
+        self.env_pool = make_pool(tool_cfg, env_cfg)  # env.placement=ray: the environments run in Ray actors
         if tool is not None:
             self.context.shared("tool", lambda: tool)
         self.chat = ChatTurns(tokenizer)
@@ -106,17 +110,16 @@ class ToolRollout:
 
     @classmethod
     def from_config(cls, engine: Any, tokenizer: Any, cfg: Any) -> "ToolRollout":
-        """From a whole ``Config``: its ``tool`` and ``env`` sections and ``rollout.max_turns``; rows are found by
-        their prompt's tokens in the run's data files (``reasonrl.envs.rows``)."""
+        """From a whole ``Config``: its ``tool`` and ``env`` sections and ``rollout.max_turns``."""
         from reasonrl.config.env_schema import NO_ENVIRONMENT
-        from reasonrl.envs.rows import PromptRows
 
         default = cfg.tool.name if cfg.env.default is None else cfg.env.default
         return cls(engine, tokenizer, None, cfg.rollout.max_turns, cfg.tool.concurrency, env_cfg=cfg.env,
-                   default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool,
-                   row_source=PromptRows(cfg, tokenizer))
+                   default_env=None if default in (NO_ENVIRONMENT, "") else default, tool_cfg=cfg.tool)
 
     def close(self) -> None:
+        if self.env_pool is not None:
+            self.env_pool.close()
         self.context.close()
 
     def _limit(self, key: str, default: Any) -> Any:
@@ -134,7 +137,9 @@ class ToolRollout:
         if not prompt_token_ids:
             return []
         if rows is None:
-            rows = self.row_source(prompt_token_ids) if self.row_source is not None else [{}] * len(prompt_token_ids)
+            rows = [{}] * len(prompt_token_ids)
+        if len(rows) != len(prompt_token_ids):
+            raise ValueError(f"{len(rows)} dataset rows for {len(prompt_token_ids)} prompts")
         budget = sampling.max_new_tokens
         self._end_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         groups: List[List[Trajectory]] = []
@@ -163,7 +168,7 @@ class ToolRollout:
         if name is None:
             return t
         try:
-            t.env = make_environment(name, self.context)
+            t.env = self.env_pool.make(name) if self.env_pool is not None else make_environment(name, self.context)
             t.env.reset(row or {})
             t.parser = self.parser_for(t.env)
         except Exception as exc:  # a broken environment fails its trajectories, not the batch

@@ -21,7 +21,9 @@ from .metrics import PhaseTimer
 
 
 def prompt_batch(prompts: Sequence[Any]) -> Batch:
-    return Batch(meta={"prompt_ids": [p.token_ids for p in prompts]})
+    """What the engines are handed: each prompt's token ids (meta ``prompt_ids``) and its dataset row (meta
+    ``rows``, ``engine_host.PROMPT_ROWS``), which the multi-turn loop resets the row's environment with."""
+    return Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts]})
 
 
 def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any], pool, reward_cfg,

@@ -120,16 +120,17 @@ class ActorRolloutRefWorker:
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BY_ENGINE)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
-        """Sample ``n`` responses for each prompt row (meta ``prompt_ids``); returns one row per response, grouped
+        """Sample ``n`` responses for each prompt row (meta ``prompt_ids``, and ``rows``: the dataset rows, which the
+        tool loop resets each prompt's environment with); returns one row per response, grouped
         by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
         ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
         every rank of an engine gets the same prompts (they run the engine together)."""
-        return next(self._need_host().generate_chunks(prompts["prompt_ids"], sampling, 0))
+        return next(self._need_host().generate_chunks(prompts, sampling, 0))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
         """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, ``chunk_prompts`` prompts'
         responses at a time, so the verifier pool can start on them while the rest are generated."""
-        yield from self._need_host().generate_chunks(prompts["prompt_ids"], sampling, chunk_prompts)
+        yield from self._need_host().generate_chunks(prompts, sampling, chunk_prompts)
 
     def _need_host(self) -> EngineHost:
         if self.host is None:

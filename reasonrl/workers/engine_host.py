@@ -8,7 +8,7 @@ between the workers: ``ActorRolloutRefWorker`` gathers them from its own FSDP ac
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -19,6 +19,10 @@ from reasonrl.rollout.weight_sync import tensor_nbytes
 
 NamedTensor = Tuple[str, torch.Tensor]
 
+
+PROMPT_ROWS = "rows"
+"""The meta key of a prompt batch's dataset rows (``trainer.streaming.prompt_batch``), one per prompt: the multi-turn
+loop resets each prompt's environment with its own row. A batch without it runs every prompt in ``env.default``."""
 
 ROW_FIELDS = ("prompt_ids", "response_ids", "rollout_log_probs", "response_text", "finish_reason", "prompt_row")
 
@@ -50,15 +54,22 @@ def rollout_generator(engine, tokenizer, cfg):
 
 
 def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Dict[str, Any],
-                    chunk_prompts: int, with_tools: bool = False) -> Iterator[Batch]:
+                    chunk_prompts: int, with_tools: bool = False,
+                    rows: Optional[Sequence[Dict[str, Any]]] = None) -> Iterator[Batch]:
     """``generator``'s (an engine's, or the tool loop's) responses to ``prompt_ids`` as consecutive Batches of
     ``chunk_prompts`` prompts' responses each (0: one Batch for all): concatenated, they equal one generate call's
-    rows."""
+    rows. ``with_tools``: the generator is the tool loop, handed each prompt's dataset row from ``rows``."""
     params = SamplingParams(**sampling)
+    if rows is not None and len(rows) != len(prompt_ids):
+        raise ValueError(f"{len(rows)} dataset rows for {len(prompt_ids)} prompts")
     size = chunk_prompts if chunk_prompts > 0 else max(1, len(prompt_ids))
     for start in range(0, len(prompt_ids), size):
         part = list(prompt_ids[start:start + size])
-        yield completions_to_batch(part, generator.generate(part, params), start, with_tools)
+        if with_tools:
+            out = generator.generate(part, params, rows=None if rows is None else list(rows[start:start + size]))
+        else:
+            out = generator.generate(part, params)
+        yield completions_to_batch(part, out, start, with_tools)
 
 
 def adapter_only_sync(cfg) -> bool:
@@ -92,9 +103,12 @@ class EngineHost:
             self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg)
         return self._generator
 
-    def generate_chunks(self, prompt_ids: Sequence[Sequence[int]], sampling: dict, chunk_prompts: int):
-        """The generated rows as Batches of ``chunk_prompts`` prompts' responses (0: one Batch)."""
-        return generate_chunks(self.generator, prompt_ids, sampling, chunk_prompts, self.cfg.tool.enabled)
+    def generate_chunks(self, prompts: Batch, sampling: dict, chunk_prompts: int):
+        """The generated rows for a prompt batch (meta ``prompt_ids``, and ``rows``: the dataset rows the tool loop
+        resets environments with) as Batches of ``chunk_prompts`` prompts' responses (0: one Batch)."""
+        rows = prompts[PROMPT_ROWS] if PROMPT_ROWS in prompts else None
+        return generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts, self.cfg.tool.enabled,
+                               rows)
 
     # ------------------------------------------------------------------ memory phases
     def sleep(self) -> float:

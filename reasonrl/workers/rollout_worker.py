@@ -63,11 +63,11 @@ class RolloutWorker:
     @dispatch(SPLIT_BATCH)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
         """Like ``ActorRolloutRefWorker.generate``; rows also carry ``weights_version``."""
-        return self._stamped(next(self.host.generate_chunks(prompts["prompt_ids"], sampling, 0)))
+        return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
         """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, a sub-batch at a time."""
-        for part in self.host.generate_chunks(prompts["prompt_ids"], sampling, chunk_prompts):
+        for part in self.host.generate_chunks(prompts, sampling, chunk_prompts):
             yield self._stamped(part)
 
     # ------------------------------------------------------------------ weights
