@@ -6,12 +6,18 @@ all passing ends the trajectory. The verifier then scores the response's last pr
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import re
+from typing import Any, Dict, List, Optional
 
 from .base import EnvContext, Environment, StepResult, ToolCall, check_arguments
 from .registry import register_environment
 
 MAX_FAILURES_SHOWN = 3
+ALL_PASSED = "All {total} tests passed."
+"""The feedback of a submission that passed every test (``submission_passed`` reads it back)."""
+NOT_RUN = "Error: the tests could not run"
+"""The start of the observation when the sandbox gave no verdict (neither a pass nor a failure)."""
+_ALL_PASSED_RE = re.compile(re.escape(ALL_PASSED).replace(re.escape("{total}"), r"\d+"))
 CODE_SCHEMA = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
 
 
@@ -32,7 +38,7 @@ def feedback(result: Any) -> str:
     info = result.info
     total, passed = info.get("total", 0), info.get("passed", 0)
     if result.correct:
-        return f"All {total} tests passed."
+        return ALL_PASSED.format(total=total)
     lines = [f"{passed} of {total} tests passed." if "passed" in info else f"Not run: {info.get('reason', '?')}"]
     if info.get("load_error"):
         lines.append(f"The program failed to load: {str(info['load_error'])[:300]}")
@@ -41,6 +47,14 @@ def feedback(result: Any) -> str:
     if "error" in info and "passed" not in info:
         lines.append(str(info["error"])[:300])
     return "\n".join(lines)
+
+
+def submission_passed(observation: str) -> Optional[bool]:
+    """What one tool turn of this environment says of its submission: True (every test passed), False (a failure, or
+    a bad call), None (the tests could not run: no verdict)."""
+    if NOT_RUN in observation:
+        return None
+    return bool(_ALL_PASSED_RE.search(observation))
 
 
 @register_environment("code_feedback")
@@ -64,6 +78,6 @@ class CodeFeedbackEnvironment(Environment):
         truth = (self.row.get("reward_model") or {}).get("ground_truth")
         result = self.runner.verify(f"```python\n{call.arguments['code']}\n```", truth)
         if result.failed:  # the sandbox could not run: no verdict to give
-            return StepResult(f"Error: the tests could not run ({result.info.get('reason', '?')})", error=True)
+            return StepResult(f"{NOT_RUN} ({result.info.get('reason', '?')})", error=True)
         return StepResult(feedback(result), reward=float(result.score), done=bool(result.correct),
                           error=not result.correct)

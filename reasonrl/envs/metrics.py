@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 
 ENV_COLUMNS = ("env", "turns", "calls_per_tool", "malformed_calls", "env_failed", "tool_seconds", "env_drift",
-               "env_reward")
+               "env_reward", "conversation")
 """The per-response columns ``env_metrics`` and ``with_env_failures`` read."""
 
 
@@ -54,6 +54,46 @@ def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, 
             agree = [bool(r > 0.5) == bool(results[i].correct) for i, r in rewards if not results[i].failed]
             if agree:
                 out["env/reward_verifier_agreement"] = sum(agree) / len(agree)
+    out.update(feedback_metrics(envs, _column(gen, "conversation"), results))
+    return out
+
+
+def feedback_metrics(envs: Sequence[str], conversations: Optional[Sequence[Any]],
+                     results: Optional[Sequence[Any]] = None) -> Dict[str, float]:
+    """Whether feedback helped, over the ``code_feedback`` trajectories (each trajectory's first submission read from
+    its first tool turn, ``code_feedback.submission_passed``):
+
+    - ``env/code_feedback/first_passed``, ``first_failed``: shares of the trajectories whose first submission passed /
+      failed its tests (the rest submitted nothing the tests ran on);
+    - ``fixed``: the share whose first submission failed and a later one passed: the verifier's verdict on the final
+      program when ``results`` are given (that program may come in the last turn, which the environment never runs),
+      else a later tool turn that passed;
+    - ``fix_rate``: ``fixed / first_failed`` (when any first submission failed)."""
+    if conversations is None:
+        return {}
+    from .code_feedback import submission_passed
+
+    picked = [i for i, e in enumerate(envs) if e == "code_feedback"]
+    if not picked:
+        return {}
+    first_passed = first_failed = fixed = 0
+    for i in picked:
+        verdicts = [submission_passed(m.get("content", "")) for m in conversations[i] or [] if m.get("role") == "tool"]
+        if not verdicts or verdicts[0] is None:
+            continue
+        if verdicts[0]:
+            first_passed += 1
+            continue
+        first_failed += 1
+        if results is not None and not results[i].failed:
+            fixed += bool(results[i].correct)
+        else:
+            fixed += any(v for v in verdicts[1:])
+    rows = len(picked)
+    out = {"env/code_feedback/first_passed": first_passed / rows, "env/code_feedback/first_failed": first_failed / rows,
+           "env/code_feedback/fixed": fixed / rows}
+    if first_failed:
+        out["env/code_feedback/fix_rate"] = fixed / first_failed
     return out
 
 
