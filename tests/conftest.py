@@ -36,6 +36,15 @@ def model_path() -> str:
     return resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory, model_path) -> str:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template (tests/helpers.py's ``make_tiny_policy``),
+    built once: for the end-to-end tests that check plumbing (resume, kill -9, placement, staleness), not learning."""
+    from helpers import make_tiny_policy
+
+    return make_tiny_policy(tmp_path_factory.mktemp("tiny_policy"), model_path)
+
+
 @pytest.fixture(scope="module")
 def listener():
     """A TCP server on the host; no sandboxed program may ever connect to it."""

@@ -1,7 +1,11 @@
 """trainer.mode=async on CPU with Ray: one RolloutWorker (hf engine) and one engine-less actor worker, gloo transfer.
 
-Real SmolLM2 on the arith task, tiny sizes (2 prompts x 2 samples x 8 tokens). An entropy bonus makes every update move the weights
-even when all rewards are equal, so "the engine holds the actor's weights" cannot pass by leaving both untouched.
+The arith task at tiny sizes (2 prompts x 2 samples x 8 tokens) on conftest's ``tiny_policy`` (a random 2-layer Llama
+with SmolLM2's tokenizer): staleness, weight versions, resume and crash handling are plumbing. The real SmolLM2 runs
+the tool loop (its turns can call the tool). An entropy bonus makes every update move the weights even when all
+rewards are equal, so "the engine holds the actor's weights" cannot pass by leaving both untouched; at the random
+model's near-uniform log-probs one step of lr 1e-4 moved them by 7e-4 at most (less than the 1e-3 the checks below
+need), so the actor trains at lr 1e-3.
 """
 from __future__ import annotations
 
@@ -16,17 +20,17 @@ from reasonrl.workers import weight_transfer
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
-        "algorithm.use_kl_loss=false", "algorithm.entropy_coef=0.01", "actor.lr=1e-4", "trainer.ray_address=local",
+        "algorithm.use_kl_loss=false", "algorithm.entropy_coef=0.01", "actor.lr=1e-3", "trainer.ray_address=local",
         "rollout.stream_chunk_prompts=1", "trainer.log_samples_every=1"]
 
 
-def make_trainer(args):
+def make_trainer(policy, args):
     from reasonrl.config import load_config
     from reasonrl.trainer.backends import RayBackend
     from reasonrl.trainer.run_plan import RunPlan
     from reasonrl.trainer.trainer import Trainer
 
-    cfg, _ = load_config(TINY + args, cuda_available=False)
+    cfg, _ = load_config(TINY + [f"model.path={policy}"] + args, cuda_available=False)
     return Trainer(cfg, RunPlan.build(cfg), RayBackend())
 
 
@@ -50,10 +54,10 @@ def ray_session():
 
 
 @pytest.fixture(scope="module")
-def async_run(tmp_path_factory, ray_session, model_path):
+def async_run(tmp_path_factory, ray_session, tiny_policy):
     """Three async steps, checkpoints at 2 and 3; the trainer stays open for the weight checks."""
     out = tmp_path_factory.mktemp("async") / "run"
-    trainer = make_trainer(["trainer.total_steps=3", "trainer.save_every=2", f"trainer.output_dir={out}"])
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=3", "trainer.save_every=2", f"trainer.output_dir={out}"])
     try:
         trainer.fit()
         yield trainer, out
@@ -102,7 +106,7 @@ def test_staleness_is_one_step_and_never_above_the_bound(async_run):
 
 
 @pytest.mark.slow
-def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
+def test_engine_holds_the_actor_weights_of_its_version(async_run, tiny_policy):
     from transformers import AutoModelForCausalLM
 
     from reasonrl.data.collate import collate_rollout
@@ -114,7 +118,7 @@ def test_engine_holds_the_actor_weights_of_its_version(async_run, model_path):
     engine_lp = torch.tensor(trainer.source.rollouts.sequence_logprobs([prompt], [response])[0])
     batch = collate_rollout([prompt], [response], [[0.0] * len(response)], tok.pad_token_id)
     actor_lp = trainer.workers.compute_log_probs(batch)["old_log_probs"][0][batch["response_mask"][0].bool()]
-    base = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_policy, torch_dtype=torch.float32)
     with torch.no_grad():
         logits = base(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1]
     base_lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
@@ -133,7 +137,7 @@ VOLATILE = ("timing_s/", "startup_s/", "perf/", "verify/latency", "async/generat
 
 
 @pytest.mark.slow
-def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
+def test_resume_is_exact_from_the_rounds_in_flight(async_run, tiny_policy, tmp_path):
     """The checkpoint of step 2 holds the batch of step 3, already generated (with the weights of step 1) and
     verified: resumed from it, step 3 trains on those very responses and ends where the straight run ended."""
     trainer, out = async_run
@@ -146,7 +150,7 @@ def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
     trainer.close()  # one actor + one rollout worker at a time on this machine
 
     again = tmp_path / "resumed"
-    resumed = make_trainer(["trainer.total_steps=3", f"trainer.output_dir={again}",
+    resumed = make_trainer(tiny_policy, ["trainer.total_steps=3", f"trainer.output_dir={again}",
                             f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])
     try:
         assert resumed.step == 2
@@ -169,7 +173,7 @@ def test_resume_is_exact_from_the_rounds_in_flight(async_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_path, monkeypatch):
+def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, tiny_policy, monkeypatch):
     from reasonrl import fault_points
     from reasonrl.controller.worker_group import RolloutWorkerError
 
@@ -177,7 +181,8 @@ def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_
     # while step 2 trains
     monkeypatch.setenv(fault_points.ENV, "rollout0.generate_stream#3=sigkill")
     monkeypatch.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(["trainer.total_steps=4", "trainer.save_every=0", f"trainer.output_dir={tmp_path}"])
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=4", "trainer.save_every=0",
+                                         f"trainer.output_dir={tmp_path}"])
     try:
         with pytest.raises(RolloutWorkerError, match="RolloutWorker rank 0 failed while"):
             trainer.fit()
@@ -188,7 +193,7 @@ def test_a_crashed_rollout_worker_is_a_clear_error(tmp_path, ray_session, model_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("worker", ["RolloutWorker", "ActorRolloutRefWorker"])
-def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path):
+def test_streamed_rounds_equal_one_generate_call(worker, ray_session, tiny_policy):
     """Greedy, so both ways sample the same responses: streamed sub-batches come back in the same row order, each
     with its own verifier result (the async mode's RolloutWorker and the colocated worker, on Ray, with the real math
     verifier)."""
@@ -206,12 +211,12 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, model_path
 
     colocated = worker == "ActorRolloutRefWorker"
     cfg, _ = load_config([a for a in TINY if not (colocated and a == "trainer.mode=async")], cuda_available=False)
-    data = PromptDataset(task_files("arith", "train", None), load_tokenizer(model_path), 256)
+    data = PromptDataset(task_files("arith", "train", None), load_tokenizer(tiny_policy), 256)
     prompts = [data[i] for i in range(3)]
     greedy = {"n": 2, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8, "logprobs": False}
     start_ray("local", num_cpus=4)
     group = WorkerGroup(ActorRolloutRefWorker if colocated else RolloutWorker, 1, False, 1,
-                        {"config": to_dict(cfg), "model_path": model_path})
+                        {"config": to_dict(cfg), "model_path": tiny_policy})
     rounds = {}
     try:
         with make_pool(cfg.reward) as pool:

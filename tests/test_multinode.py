@@ -105,14 +105,15 @@ def test_capacity_counts_whole_bundles_per_node():
 
 
 @pytest.mark.slow
-def test_train_two_steps_one_worker_per_node(two_node_cluster, tmp_path, model_path):
+def test_train_two_steps_one_worker_per_node(two_node_cluster, tmp_path, tiny_policy):
     """The training command joins the cluster (trainer.ray_address) and trains two steps with one worker on each
-    node over gloo; Ray's actor table says where the two ActorRolloutRef workers ran."""
+    node over gloo; Ray's actor table says where the two ActorRolloutRef workers ran. Placement is plumbing: the
+    tiny random policy (conftest's ``tiny_policy``) stands in for SmolLM2."""
     out = tmp_path / "run"
-    args = ["task=gsm8k", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
-            "actor.micro_batch_size_per_worker=2", "reward.workers=1", "trainer.logger=[jsonl]",
-            "trainer.device=cpu", "trainer.num_workers=2", "trainer.total_steps=2", "trainer.save_every=0",
-            f"trainer.ray_address={two_node_cluster.address}", f"trainer.output_dir={out}"]
+    args = ["task=gsm8k", f"model.path={tiny_policy}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=8", "actor.micro_batch_size_per_worker=2", "reward.workers=1",
+            "trainer.logger=[jsonl]", "trainer.device=cpu", "trainer.num_workers=2", "trainer.total_steps=2",
+            "trainer.save_every=0", f"trainer.ray_address={two_node_cluster.address}", f"trainer.output_dir={out}"]
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
                           timeout=1800, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

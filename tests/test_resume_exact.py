@@ -2,9 +2,11 @@
 order and samples, same metrics rows, none twice — for Ctrl-C (SIGINT) and kill -9 at several phases (two
 interruptions of each kind in one run, resumed after each).
 
-Real runs on CPU: SmolLM2-135M, Ray, FSDP2, the hf engine with seeded sampling. Each interruption lands at an exact
-place: the run signals itself at a named fault point (``REASONRL_FAULT_AT``, see reasonrl/fault_points.py), so
-nothing depends on timing.
+Real runs on CPU: Ray, FSDP2, the hf engine with seeded sampling, on a tiny random Llama with SmolLM2's tokenizer
+(conftest's ``tiny_policy``): exactness is plumbing (RNG, sampler, optimizer and data state), not what the model
+knows, and each of the seven training processes then costs little more than its start-up. Each interruption lands
+at an exact place: the run signals itself at a named fault point (``REASONRL_FAULT_AT``, see reasonrl/fault_points.py),
+so nothing depends on timing.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 pytestmark = pytest.mark.slow
 
 STEPS = 3
-# A tiny model can hardly solve GSM8K in 8 tokens, so every reward is 0 and the advantages vanish; the entropy bonus
+# A random model cannot solve GSM8K in 8 tokens, so every reward is 0 and the advantages vanish; the entropy bonus
 # keeps a gradient, so the weights move each step and "same weights" means something.
 # The curriculum's sampler (data.sampler=pass_rate): its draws depend on the per-prompt statistics, which the checkpoint
 # must carry exactly too (the default epoch sampler's state, {epoch, offset}, is the same code as before it).
@@ -33,13 +35,14 @@ ARGS = ["task=gsm8k", "data.sampler=pass_rate", "rollout.engine=hf", "data.train
 VOLATILE = ("timing_s/", "startup_s/", "perf/", "verify/latency")  # wall-clock measurements: the only metrics allowed to differ
 
 
-def run_train(out: Path, *extra: str, fault: str = ""):
+def run_train(out: Path, policy: str, *extra: str, fault: str = ""):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("REASONRL_FAULT_AT", None)
     if fault:
         env["REASONRL_FAULT_AT"] = fault
     # A session of its own: a sigkill fault point kills the whole group (Ray's processes too), as kill -9 of a job.
-    return subprocess.run([sys.executable, "-m", "reasonrl.train", *ARGS, f"trainer.output_dir={out}", *extra],
+    return subprocess.run([sys.executable, "-m", "reasonrl.train", *ARGS, f"model.path={policy}", f"trainer.output_dir={out}",
+                           *extra],
                           capture_output=True, text=True, timeout=1200, env=env, start_new_session=True)
 
 
@@ -59,14 +62,14 @@ def outcome(out: Path):
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory, model_path):
+def straight(tmp_path_factory, tiny_policy):
     from safetensors.torch import load_file
 
     out = tmp_path_factory.mktemp("straight") / "run"
-    proc = run_train(out, f"trainer.save_every={STEPS}")
+    proc = run_train(out, tiny_policy, f"trainer.save_every={STEPS}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = outcome(out)
-    initial = load_file(str(next(Path(model_path).glob("*.safetensors"))))
+    initial = load_file(str(next(Path(tiny_policy).glob("*.safetensors"))))
     assert any(not torch.equal(t, initial[n]) for n, t in result[3].items() if n in initial)  # training moved them
     assert all(r["actor/grad_norm"] > 0 for r in result[0])
     return result
@@ -100,11 +103,11 @@ def resumed_line(out: Path, step: int) -> str:
 
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("chain", list(CHAINS))
-def test_interrupted_twice_and_resumed_run_equals_straight_run(tmp_path, straight, chain):
+def test_interrupted_twice_and_resumed_run_equals_straight_run(tmp_path, tiny_policy, straight, chain):
     out = tmp_path / "run"
     resume_from = None
     for fault, save_every, status, resume_step in CHAINS[chain]:
-        run = run_train(out, f"trainer.save_every={save_every}", fault=fault)
+        run = run_train(out, tiny_policy, f"trainer.save_every={save_every}", fault=fault)
         log = f"{fault}: " + run.stdout[-3000:] + run.stderr[-3000:]
         assert run.returncode == status, log
         assert "Traceback" not in run.stderr, log
@@ -114,7 +117,7 @@ def test_interrupted_twice_and_resumed_run_equals_straight_run(tmp_path, straigh
             assert f"interrupted — step {resume_step} saved" in run.stdout, log
         resume_from = resume_step
 
-    last = run_train(out, f"trainer.save_every={save_every}")
+    last = run_train(out, tiny_policy, f"trainer.save_every={save_every}")
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     assert resumed_line(out, resume_from) in last.stdout
 

@@ -131,7 +131,7 @@ HOSTILE = textwrap.dedent('''
 
 
 @pytest.mark.slow
-def test_real_loop_failures_remax_baseline_and_adaptive_kl(tmp_path, model_path):
+def test_real_loop_failures_remax_baseline_and_adaptive_kl(tmp_path, tiny_policy):
     """One real run (ReMax, KL loss with the adaptive controller, a plugin verifier whose answer each row chooses):
 
     - step 1: one honest prompt and three whose verifier answers NaN, inf and 100, 2 responses each: 6 failures are
@@ -141,6 +141,9 @@ def test_real_loop_failures_remax_baseline_and_adaptive_kl(tmp_path, model_path)
       controller's error clipped to -0.2: kl_coef(2) = 0.05 * (1 - 0.2 * 8 responses / horizon 8) = 0.04, and the
       checkpoint of step 2 holds 0.04 * 0.8 = 0.032 (KL still far below the target 1.0);
     - step 3: four prompts whose verifier returns a float: no verdict at all, and the run stops with exit 5 naming it.
+
+    The verdicts are the plugin's, whatever the text, so the policy is conftest's ``tiny_policy`` (a random 2-layer
+    Llama with SmolLM2's tokenizer).
     """
     plugin = write_plugin(tmp_path / "plugin", "hostile_verifier", HOSTILE, "hostile", "HostileVerifier")
     row = {"data_source": "hostile", "prompt": [{"role": "user", "content": "What is 2+2?"}], "ability": "math",
@@ -152,7 +155,8 @@ def test_real_loop_failures_remax_baseline_and_adaptive_kl(tmp_path, model_path)
     out = tmp_path / "run"
     args = ["task=gsm8k", "algorithm=remax", "algorithm.use_kl_loss=true", "algorithm.kl_coef=0.05",
             "algorithm.kl_ctrl=adaptive", "algorithm.kl_target=1.0", "algorithm.kl_horizon=8",
-            "reward.verifier=hostile", f"data.train_files=[{data}]", "data.shuffle=false", "rollout.engine=hf",
+            "reward.verifier=hostile", f"model.path={tiny_policy}", f"data.train_files=[{data}]", "data.shuffle=false",
+            "rollout.engine=hf",
             "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8", "reward.workers=1",
             "reward.max_failed_fraction=0.8", "actor.micro_batch_size_per_worker=8", "trainer.total_steps=3",
             "trainer.save_every=2", "trainer.logger=[jsonl]", f"trainer.output_dir={out}"]

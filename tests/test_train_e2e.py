@@ -1,4 +1,6 @@
-"""The real training command, end to end on CPU with the real SmolLM2 model, Ray and FSDP2 (gloo)."""
+"""The real training command, end to end on CPU with Ray and FSDP2 (gloo): the real SmolLM2 model where the numbers
+depend on it (two ranks equal one, vLLM's log-probs against the actor's), conftest's ``tiny_policy`` (a random
+2-layer Llama with SmolLM2's tokenizer) where the test checks plumbing (resume after kill -9, per-row verifiers)."""
 from __future__ import annotations
 
 import json
@@ -26,12 +28,14 @@ def read_metrics(run_dir: Path):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def test_kill9_then_resume_continues_at_next_step_and_exports_a_loadable_checkpoint(tmp_path, model_path):
+def test_kill9_then_resume_continues_at_next_step_and_exports_a_loadable_checkpoint(tmp_path, tiny_policy):
     """Three steps, killed (-9) after step 1's checkpoint and resumed: the resumed run continues at step 2, logs every
     step once with finite metrics, and step 3's Hugging Face export loads and holds moved weights. (One run for what
     a straight two-step run also checked: every training process starts Ray and loads the model, CI's dearest part.)"""
     out = tmp_path / "run"
-    args = SMALL + ["trainer.total_steps=3", "trainer.save_every=1", f"trainer.output_dir={out}"]
+    # A random model earns no reward, so the advantages vanish: the entropy bonus keeps a gradient ("moved" below).
+    args = SMALL + [f"model.path={tiny_policy}", "algorithm.entropy_coef=0.01", "trainer.total_steps=3",
+                    "trainer.save_every=1", f"trainer.output_dir={out}"]
     # kill -9 of the whole job (Ray's processes too) right after step 1's checkpoint is complete: the run signals
     # itself at that fault point (REASONRL_FAULT_AT), so the kill always lands at the same place.
     proc = run_train(args, env=dict(os.environ, REASONRL_FAULT_AT="checkpoint.saved#1=sigkill"),
@@ -62,7 +66,7 @@ def test_kill9_then_resume_continues_at_next_step_and_exports_a_loadable_checkpo
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(ckpt / "hf")
-    base = AutoModelForCausalLM.from_pretrained(model_path)
+    base = AutoModelForCausalLM.from_pretrained(tiny_policy)
     trained = dict(model.named_parameters())
     moved = max((trained[n] - p).abs().max().item() for n, p in base.named_parameters())
     assert moved > 0, "the exported weights equal the initial ones: no update reached the checkpoint"
@@ -135,7 +139,7 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
     assert rows[1]["rollout/logprob_diff_mean"] < 5e-3
 
 
-def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, model_path, data_dir):
+def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, tiny_policy, data_dir):
     """A file that mixes GSM8K and MBPP rows under task=gsm8k: no preset forces a verifier, so each row's own
     ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample)."""
     from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
@@ -146,8 +150,8 @@ def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, mo
         row["reward_model"]["ground_truth"] = json.dumps(row["reward_model"]["ground_truth"])
     mixed = write_parquet([math_rows[0], code_rows[0], math_rows[1], code_rows[1]], tmp_path / "mixed.parquet")
     out = tmp_path / "run"
-    args = ["task=gsm8k", "rollout.engine=hf", f"data.train_files=[{mixed}]", "data.shuffle=false",
-            "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=12", "algorithm.use_kl_loss=false",
+    args = ["task=gsm8k", f"model.path={tiny_policy}", "rollout.engine=hf", f"data.train_files=[{mixed}]",
+            "data.shuffle=false", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=12", "algorithm.use_kl_loss=false",
             "actor.micro_batch_size_per_worker=4", "reward.workers=1", "reward.verifier_options.code.sandbox=bwrap", "trainer.logger=[jsonl]",
             "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1", f"trainer.output_dir={out}"]
     proc = run_train(args, timeout=1800)
