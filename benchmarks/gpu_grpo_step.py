@@ -228,6 +228,9 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     result["memory_after_init_gib_per_rank"] = trainer.workers.bench_memory()
     write(args.out, result)
     print(f"{args.workers} worker(s) up in {result['setup_s']['trainer_init']:.1f} s: {result['workers']}", flush=True)
+    if args.engine == "vllm":  # the engine's memory share and KV-cache room, for setting it beside TRL's
+        result["engine"] = trainer.workers.bench_engine_facts(str(BENCH_DIR))
+        print(f"engine: {json.dumps(result['engine'])}", flush=True)
     if args.length_dist != "fixed":
         from length_dist import response_lengths
 

@@ -353,6 +353,12 @@ def run_mode(mode: str, args) -> int:
                         f"{a.generation_batch_size} = all of them generated at once (steps_per_generation "
                         f"{a.steps_per_generation})"),
         }
+        if mode == "colocate":  # the engine's memory share and KV-cache room, for setting it beside ours
+            from engine_facts import vllm_engine_facts
+
+            llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
+            data["engine"] = vllm_engine_facts(llm) if llm is not None else {"error": "no trainer.vllm_generation.llm"}
+            print(f"[{mode}] engine: {json.dumps(data['engine'])}", flush=True)
         if on_gpu:
             data["memory_after_init_gib"] = {"allocated": torch.cuda.memory_allocated() / GIB,
                                              "device_used": device_used_gib()}

@@ -119,6 +119,17 @@ class BenchWorker(ActorRolloutRefWorker):
                                                            mine)
         return len(mine)
 
+    @dispatch(ONE_TO_ALL)
+    def bench_engine_facts(self, bench_dir: str) -> Dict[str, Any]:
+        """The vLLM engine's memory share, KV-cache size and scheduler limits (``engine_facts.vllm_engine_facts``)."""
+        if self.engine is None or not hasattr(self.engine, "llm"):
+            return {"error": "no vLLM engine"}
+        if bench_dir not in sys.path:
+            sys.path.insert(0, bench_dir)
+        from engine_facts import vllm_engine_facts
+
+        return vllm_engine_facts(self.engine.llm)
+
     @dispatch(SPLIT_BY_ENGINE)
     def bench_raw_generate(self, prompts: Batch, n: int, max_tokens: int) -> Batch:
         """The same engine's bare ``LLM.generate`` on its share of the prompts (split by engine, as the rollout is):
