@@ -89,6 +89,24 @@ def test_steps_run_in_actors_on_the_node_with_the_resource(cluster, tokenizer):
     assert all(c.env_failed == "" and c.env_reward == 1.0 and c.text.endswith("\\boxed{1}") for (c,) in out)
 
 
+def answering_again(pool, limit_s=120.0):
+    """Returns once every actor of ``pool`` answers a call (a killed one answers once Ray has restarted it)."""
+    import time
+
+    import ray
+
+    end = time.monotonic() + limit_s
+    for actor in pool.actors:
+        while True:
+            try:
+                ray.get(actor.where.remote(), timeout=limit_s)
+                break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)  # polling a condition (the actor answers), not waiting for a guessed moment
+
+
 def test_a_dead_actor_fails_only_its_trajectories_and_is_restarted(cluster, tokenizer):
     die, fine, later1, later2 = (chat_prompt(tokenizer, q) for q in ("die", "fine", "later 1", "later 2"))
     loop = remote_loop(tokenizer, [(die, [call("die"), "never"]), (fine, [call("where"), "\\boxed{1}"]),
@@ -99,6 +117,7 @@ def test_a_dead_actor_fails_only_its_trajectories_and_is_restarted(cluster, toke
         before = loop.env_pool.where()
         # "die" starts on actor 0 and ends its process mid-step; "fine" runs on actor 1
         (d,), (f,) = loop.generate([die, fine], SamplingParams(n=1, max_new_tokens=300), rows=[row, row])
+        answering_again(loop.env_pool)  # the order made explicit: the next round starts once Ray has restarted it
         (l1,), (l2,) = loop.generate([later1, later2], SamplingParams(n=1, max_new_tokens=300), rows=[row, row])
         after = loop.env_pool.where()
     finally:
