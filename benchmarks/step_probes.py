@@ -91,10 +91,14 @@ class BenchWorker(ActorRolloutRefWorker):
     @dispatch(ONE_TO_ALL)
     @torch.no_grad()
     def bench_perturb(self, scale: float, seed: int = 123) -> int:
-        """Add N(0, scale^2) noise to every actor parameter (so a stale engine is visibly stale)."""
+        """Add N(0, scale^2) noise to every *trained* actor parameter (so a stale engine is visibly stale). Only the
+        parameters the optimizer moves: with LoRA the base weights are frozen and adapter-only sync never sends them,
+        so perturbing them would make any engine look stale (the check would fail however right the sync is)."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
         count = 0
         for p in self.actor.parameters():
+            if not p.requires_grad:
+                continue
             local = p.to_local() if hasattr(p, "to_local") else p
             local.add_(torch.randn(local.shape, generator=gen, device=local.device, dtype=local.dtype) * scale)
             count += 1
