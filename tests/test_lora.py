@@ -13,6 +13,29 @@ from reasonrl.models import lora as lora_lib
 from reasonrl.rollout.weight_sync import AdapterNotInEngineError, check_adapter_reached_engine
 
 # ----------------------------------------------------------------------------- fast: config and names
+def test_a_bf16_lora_actor_trains_after_a_first_pass_with_adapters_off(tmp_path):
+    """Met on the H200: under mixed precision, a first forward with the adapters disabled (the reference pass of an
+    on-policy step) left FSDP2 without gradient dtypes and the first backward failed. bf16 compute runs on the CPU."""
+    from helpers import make_tiny_causal_lm
+
+    from reasonrl.workers.distributed import init_distributed
+    from reasonrl.workers.lora_sync import LoraSync
+    from reasonrl.workers.policy import load_sharded_lm
+
+    path = make_tiny_causal_lm(tmp_path / "lm")
+    cfg, _ = load_config(ARGS, cuda_available=False)
+    mesh = init_distributed(0, 1, "127.0.0.1", free_port(), "cpu")
+    model = load_sharded_lm(cfg, path, mesh, "cpu", torch.bfloat16, trainable=True, prepare=LoraSync(cfg, path).prepare)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad(), model.disable_adapter():  # what Policy.reference's forward_context does
+        model(input_ids=ids)
+    model(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert grads and all(lora_lib.is_adapter_param(n) for n in grads)
+    assert {g.dtype for g in grads.values()} == {torch.float32}  # reduced and kept in fp32, as the optimizer's
+    assert any(float(g.full_tensor().abs().sum()) > 0 for n, g in grads.items() if ".lora_B." in n)
+
+
 
 
 @pytest.mark.parametrize("arg,key", [("actor.lora.rank=-1", "actor.lora.rank"),

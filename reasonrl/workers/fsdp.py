@@ -39,6 +39,19 @@ def shard_model(model, mesh, device: str, compute_dtype: torch.dtype) -> None:
     fully_shard(model, **kwargs)
 
 
+@torch.no_grad()
+def fix_gradient_dtypes(model, device: str) -> None:
+    """One 1-token forward through a freshly sharded causal LM, while its trainable parameters still require grad.
+
+    FSDP2 fixes each parameter group's gradient dtypes (the fp32 reduce, the fp32 gradient) at the model's first
+    forward, from the parameters that require grad *then*. A LoRA actor's reference pass runs with peft's adapters
+    disabled, which turns ``requires_grad`` off on the adapters: were that the first forward (on-policy, no old-log-prob
+    pass), the groups would get no gradient dtype and the first backward would hand bf16 gradients to the fp32
+    adapters and fail ("attempting to assign a gradient with dtype 'c10::BFloat16' to a tensor with grad_dtype
+    'Float'"; met on the H200, pytorch/pytorch#186998). A forward is a collective: every rank runs it."""
+    model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
+
+
 def full_state_dict(model, optimizer) -> Tuple[Dict[str, torch.Tensor], dict]:
     """Full model and optimizer state dicts on CPU (a collective: every rank must call it)."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)

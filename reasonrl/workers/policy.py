@@ -20,7 +20,7 @@ from reasonrl.models import load_causal_lm
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
 
 from .distributed import all_reduce_max
-from .fsdp import Offloader, compile_decoder_layers, shard_model
+from .fsdp import Offloader, compile_decoder_layers, fix_gradient_dtypes, shard_model
 
 
 def load_sharded_lm(cfg, model_path: str, mesh, device: str, compute_dtype: torch.dtype, trainable: bool,
@@ -42,6 +42,8 @@ def load_sharded_lm(cfg, model_path: str, mesh, device: str, compute_dtype: torc
     shard_model(model, mesh, device, compute_dtype)
     if not trainable:
         model.eval()
+    elif compute_dtype != torch.float32 and not all(p.requires_grad for p in model.parameters()):
+        fix_gradient_dtypes(model, device)  # LoRA under mixed precision: before any pass turns the adapters off
     return model
 
 
