@@ -2,7 +2,10 @@
 conftest.py. Tiny random models built here in seconds (no download), and an in-process CriticWorker over them."""
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -12,6 +15,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def ray_test_cluster(head: Dict[str, Any], nodes: List[Dict[str, Any]],
+                     env_vars: Optional[Dict[str, str]] = None) -> Iterator[Any]:
+    """A Ray cluster of several raylets on this machine (``ray.cluster_utils.Cluster``): a head with ``head``'s
+    resources and one node per entry of ``nodes``; this process is the driver, connected with ``env_vars`` for the
+    workers. Torn down (every raylet and its workers) whatever the test does."""
+    import ray
+    from ray._common.utils import reset_ray_address
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    # The machine is shared: Ray's memory monitor would kill a worker when *other* processes fill the memory.
+    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # read by the raylets at start
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    # Ray's test cluster records itself as this machine's current cluster, which a plain ray.init() elsewhere on the
+    # machine would then join: forget it (the test connects by address).
+    reset_ray_address()
+    try:
+        for node in nodes:
+            cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        runtime_env = {"env_vars": env_vars} if env_vars else None
+        ray.init(address=cluster.address, runtime_env=runtime_env, logging_level="WARNING")
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_memory_monitor_refresh_ms", None)
+        else:
+            os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 SHARP_LM_VOCAB = 96

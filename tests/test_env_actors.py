@@ -16,6 +16,7 @@ import ray
 from env_helpers import ScriptedPolicy, chat_prompt
 
 import env_actor_helpers  # noqa: F401  (registers test_where here; the actors import it by name)
+from helpers import ray_test_cluster
 from reasonrl.config.env_schema import EnvConfig
 from reasonrl.rollout import SamplingParams
 from reasonrl.rollout.multiturn import ToolRollout
@@ -25,29 +26,12 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray._common.utils import reset_ray_address
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
-    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # the machine is shared: no kills for others' memory
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    reset_ray_address()  # a plain ray.init() elsewhere on this machine must not join this test's cluster
-    try:
-        node = cluster.add_node(num_cpus=2, resources={"env_node": 4})
-        cluster.wait_for_nodes()
-        path = os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])
-        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": path}}, logging_level="WARNING")
+    """A head of one CPU and a node with the custom resource ``env_node`` (the environments' machine); yields that
+    node's id."""
+    path = os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    with ray_test_cluster({"num_cpus": 1}, [{"num_cpus": 2, "resources": {"env_node": 4}}], {"PYTHONPATH": path}):
         [node_id] = [n["NodeID"] for n in ray.nodes() if n["Alive"] and "env_node" in n["Resources"]]
         yield node_id
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_memory_monitor_refresh_ms", None)
-        else:
-            os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 @pytest.fixture(scope="module")

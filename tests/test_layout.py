@@ -9,6 +9,7 @@ import sys
 import pytest
 import ray
 
+from helpers import ray_test_cluster
 from reasonrl.config import ConfigError, load_config
 from reasonrl.controller.layout import LayoutError, check_layout, reserve_pool, role_options
 
@@ -104,27 +105,8 @@ class Probe:
 @pytest.fixture(scope="module")
 def two_gpu_nodes():
     """A two-node Ray cluster on this machine, each node declaring 2 logical GPUs and 2 CPUs."""
-    from ray._common.utils import reset_ray_address
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
-    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # the machine is shared: no kills for others' memory
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2})
-    reset_ray_address()
-    try:
-        cluster.add_node(num_cpus=2, num_gpus=2)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, logging_level="WARNING")
+    with ray_test_cluster({"num_cpus": 2, "num_gpus": 2}, [{"num_cpus": 2, "num_gpus": 2}]) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_memory_monitor_refresh_ms", None)
-        else:
-            os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 @pytest.mark.slow  # two raylets and seven actor processes: about 2 minutes on a loaded 2-core machine

@@ -14,6 +14,7 @@ import ray
 import torch
 import torch.distributed as dist
 
+from helpers import ray_test_cluster
 from reasonrl.controller import ClusterTooSmallError, WorkerGroup
 from reasonrl.controller.placement import check_capacity, ranks_that_fit
 from reasonrl.workers.dispatch import ONE_TO_ALL, dispatch
@@ -25,34 +26,11 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ProbeWorker t
 
 @pytest.fixture(scope="module")
 def two_node_cluster():
-    """A head and a worker node of one CPU each; the test process is the driver. Torn down (every raylet and its
-    workers) whatever the tests do."""
-    from ray.cluster_utils import Cluster
-
-    from ray._common.utils import reset_ray_address
-
-    if ray.is_initialized():
-        ray.shutdown()
-    # The machine is shared: Ray's memory monitor would kill a worker when *other* processes fill the memory.
-    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
-    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # read by the raylets at start
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
-    # Ray's test cluster records itself as this machine's current cluster, which a plain ray.init() elsewhere on the
-    # machine would then join: forget it (the test connects by address).
-    reset_ray_address()
-    try:
-        cluster.add_node(num_cpus=1, resources={"node_b": 1})
-        cluster.wait_for_nodes()
-        env = {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "REASONRL_DATA_DIR", "PYTHONPATH") if k in os.environ}
-        ray.init(address=cluster.address, runtime_env={"env_vars": env}, logging_level="WARNING")
+    """A head and a worker node of one CPU each; the test process is the driver."""
+    env = {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "REASONRL_DATA_DIR", "PYTHONPATH") if k in os.environ}
+    with ray_test_cluster({"num_cpus": 1, "resources": {"node_a": 1}}, [{"num_cpus": 1, "resources": {"node_b": 1}}],
+                          env) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_memory_monitor_refresh_ms", None)
-        else:
-            os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 class ProbeWorker:
