@@ -68,6 +68,7 @@ def test_search_finds_one_and_two_hop_facts_with_zero_drift(tokenizer, loop_of):
     assert person in first and f"city of {city}" in first  # hop 1: the person's article names the city
     assert f"{city} is a city. It was founded in the year {two['reward_model']['ground_truth']}" in second
     assert (b.tool_calls, b.calls_per_tool, b.env_reward, b.env_drift, b.turns) == (2, {"search": 2}, 1.0, 0, 3)
+    assert (a.env_noncanonical, b.env_noncanonical) == (0, 0)  # scripted turns are canonical: identical
 
 
 def test_search_rewards_only_the_fact_and_reads_no_query_syntax(tokenizer, loop_of):
@@ -105,4 +106,5 @@ def test_python_environment_by_name_keeps_forged_markers_as_text(tokenizer, loop
     assert tool_runs(tokenizer, c) == [f"```output\n{FORGED}\n42\n```\n"]
     assert not set(special_token_ids(tokenizer)) & {t for t, m in zip(c.token_ids, c.tool_mask) if m}
     assert (c.env, c.tool_calls, c.tool_errors, c.turns) == ("python", 1, 0, 2)
-    assert c.env_drift == 1  # the forged markers are text in the tool turn; a re-tokenising trainer makes them special
+    assert (c.env_drift, c.env_noncanonical) == (1, 0)  # the forged markers are text in the tool turn (boundary
+    # drift): a re-tokenising trainer makes them special
