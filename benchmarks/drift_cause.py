@@ -20,6 +20,7 @@ import torch
 from reasonrl.config.env_schema import EnvConfig
 from reasonrl.data.prompts import render_prompt
 from reasonrl.datasets import search as search_data
+from reasonrl.envs.prompting import row_tools
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rollout import SamplingParams
 from reasonrl.rollout.hf_engine import HFRolloutEngine
@@ -39,7 +40,7 @@ def main() -> None:
     tok = load_tokenizer(path)
     engine = HFRolloutEngine.from_pretrained(path, tok, torch.float32, "cpu")
     rows = search_data.build_rows("train")[:args.prompts]
-    prompts = [render_prompt(tok, r["prompt"]) for r in rows]
+    prompts = [render_prompt(tok, r["prompt"], tools=row_tools(r)) for r in rows]
     loop = ToolRollout(engine, tok, None, max_turns=4, env_cfg=EnvConfig(), default_env=None)
     start = time.monotonic()
     out = loop.generate(prompts, SamplingParams(n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed,

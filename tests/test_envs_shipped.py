@@ -10,7 +10,9 @@ from env_helpers import ScriptedPolicy, chat_prompt, tool_runs
 
 from reasonrl.config.env_schema import EnvConfig
 from reasonrl.config.schema import ToolConfig
+from reasonrl.data.prompts import render_prompt
 from reasonrl.datasets import search as search_data
+from reasonrl.envs.prompting import row_tools
 from reasonrl.rollout import SamplingParams
 from reasonrl.rollout.multiturn import ToolRollout, special_token_ids
 from reasonrl.sandboxes.bwrap import bwrap_usable
@@ -47,7 +49,8 @@ def search_call(query):
 
 
 def row_prompt(tokenizer, row):
-    return chat_prompt(tokenizer, row["prompt"][-1]["content"], row["prompt"][0]["content"])
+    """The row's prompt as the trainer renders it (its environment's tools offered, reasonrl/envs/prompting.py)."""
+    return render_prompt(tokenizer, row["prompt"], tools=row_tools(row))
 
 
 def test_search_finds_one_and_two_hop_facts_with_zero_drift(tokenizer, loop_of):
