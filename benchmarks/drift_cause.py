@@ -4,7 +4,8 @@ with the hf engine through the multi-turn loop and, for each trajectory, record 
 (``identical`` / ``noncanonical`` / ``boundary``, ``reasonrl.envs.chat``) and, where the trained tokens differ from
 the template's rendering, the first difference: the sampled tokens next to the canonical encoding of their text.
 
-    python benchmarks/drift_cause.py [--prompts 4] [--n 4] [--max-new-tokens 256] [--out benchmarks/results/drift_cause.json]
+    python benchmarks/drift_cause.py [--prompts 4] [--n 4] [--max-new-tokens 256] \
+        [--out benchmarks/results/drift_cause.json]
 """
 from __future__ import annotations
 

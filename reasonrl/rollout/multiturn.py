@@ -80,7 +80,8 @@ class ToolCompletion(Completion):
 
 
 TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds", "env",
-                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "env_noncanonical", "conversation")
+                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "env_noncanonical",
+                  "conversation")
 """Per-row fields a multi-turn rollout adds to the worker's ``generate`` batch (meta)."""
 
 
