@@ -76,10 +76,7 @@ def _question(rng: random.Random, test: bool) -> Tuple[str, str, int, str]:
 def build_rows(split: str, data_dir: Optional[Path] = None) -> List[Dict]:
     if split not in SIZES:
         raise ValueError(f"search has splits {sorted(SIZES)}, not {split!r}")
-    from reasonrl.envs.parsers import describe_tools
-    from reasonrl.envs.search import SEARCH_TOOLS
-
-    system = SYSTEM + "\n\n" + describe_tools(SEARCH_TOOLS)
+    system = SYSTEM  # the search tool is offered where the prompt is rendered (reasonrl/envs/prompting.py)
     rng = random.Random(SEEDS[split])
     rows, seen = [], set()
     while len(rows) < SIZES[split]:

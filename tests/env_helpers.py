@@ -10,7 +10,8 @@ from reasonrl.rollout.base import Completion
 class ScriptedPolicy:
     """An engine whose turns are scripted per prompt (keyed by the prompt's token ids): each generate call on a
     context that starts with the prompt returns its next turn, tokenized canonically, cut after the first stop
-    string as the engines cut it, with EOS after a turn when ``eos`` says so (hermes turns end with EOS)."""
+    string as the engines cut it, with EOS after a turn when ``eos`` says so (hermes turns end with EOS). A turn given
+    as a list of token ids is returned as those tokens (a sampled, possibly non-canonical split), EOS after it."""
 
     def __init__(self, tokenizer, scripts: Dict[Tuple[int, ...], Sequence[str]], eos: bool = True) -> None:
         self.tokenizer, self.scripts, self.eos = tokenizer, scripts, eos
@@ -25,6 +26,10 @@ class ScriptedPolicy:
             turns, i = self.scripts[key], self.served[key]
             self.served[key] += 1
             text = turns[min(i, len(turns) - 1)]
+            if isinstance(text, list):
+                ids = list(text) + ([self.tokenizer.eos_token_id] if self.eos else [])
+                out.append([Completion(ids, self.tokenizer.decode(ids), [-0.5] * len(ids), "stop")] * sampling.n)
+                continue
             cut = min([text.find(s) + len(s) for s in sampling.stop if s in text] or [len(text)])
             ids = self.tokenizer.encode(text[:cut], add_special_tokens=False)
             stopped = cut < len(text)

@@ -10,6 +10,7 @@ GEN = {"env": ["search", "search", "", "code_feedback"], "turns": [3, 1, 1, 2],
        "calls_per_tool": [{"search": 2}, {}, {}, {"python": 1}], "malformed_calls": [1, 0, 0, 2],
        "env_failed": ["", "", "", "environment 'code_feedback' step failed: timed out after 60 s"],
        "tool_seconds": [0.5, 0.0, 0.0, 1.5], "env_drift": [0, 1, -1, 0],
+       "env_noncanonical": [1, 0, -1, 0],
        "env_reward": [1.0, 0.0, math.nan, 0.5]}
 
 
@@ -21,6 +22,7 @@ def test_env_metrics_of_a_round():
     assert m["env/calls_per_trajectory"] == 3 / 4 and m["env/malformed_calls"] == 3.0 and m["env/failed"] == 1.0
     assert m["env/seconds"] == 2.0
     assert m["env/drift_checked"] == 3.0 and m["env/drift_rate"] == 1 / 3  # row 2 (plain) is unchecked
+    assert m["env/noncanonical_rate"] == 1 / 3  # row 0 of the 3 checked: only its sampled token split differs
     assert m["env/reward_mean"] == 1.5 / 3  # rows 0, 1, 3 have a reward: (1 + 0 + 0.5) / 3
     # agreement (reward > 0.5 vs correct): row 0 yes (1.0, right), row 1 no (0.0, right), row 3 yes (0.5, wrong)
     assert m["env/reward_verifier_agreement"] == 2 / 3

@@ -22,3 +22,5 @@ def test_search_task_trains_one_step(tmp_path, model_path):
     [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert row["step"] == 1 and 1 <= row["tool/turns_mean"] <= 4
     assert row["reward/mean"] == row["reward/mean"] and 0 < row["response_length/mean"] <= 32
+    # real samples: a non-canonical token split is counted apart (env/noncanonical_rate), never as boundary drift
+    assert row["env/drift_checked"] == 4 and row["env/drift_rate"] == 0.0 and 0 <= row["env/noncanonical_rate"] <= 1

@@ -10,7 +10,9 @@ from env_helpers import ScriptedPolicy, chat_prompt, tool_runs
 
 from reasonrl.config.env_schema import EnvConfig
 from reasonrl.config.schema import ToolConfig
+from reasonrl.data.prompts import render_prompt
 from reasonrl.datasets import search as search_data
+from reasonrl.envs.prompting import row_tools
 from reasonrl.rollout import SamplingParams
 from reasonrl.rollout.multiturn import ToolRollout, special_token_ids
 from reasonrl.sandboxes.bwrap import bwrap_usable
@@ -47,7 +49,8 @@ def search_call(query):
 
 
 def row_prompt(tokenizer, row):
-    return chat_prompt(tokenizer, row["prompt"][-1]["content"], row["prompt"][0]["content"])
+    """The row's prompt as the trainer renders it (its environment's tools offered, reasonrl/envs/prompting.py)."""
+    return render_prompt(tokenizer, row["prompt"], tools=row_tools(row))
 
 
 def test_search_finds_one_and_two_hop_facts_with_zero_drift(tokenizer, loop_of):
@@ -68,6 +71,7 @@ def test_search_finds_one_and_two_hop_facts_with_zero_drift(tokenizer, loop_of):
     assert person in first and f"city of {city}" in first  # hop 1: the person's article names the city
     assert f"{city} is a city. It was founded in the year {two['reward_model']['ground_truth']}" in second
     assert (b.tool_calls, b.calls_per_tool, b.env_reward, b.env_drift, b.turns) == (2, {"search": 2}, 1.0, 0, 3)
+    assert (a.env_noncanonical, b.env_noncanonical) == (0, 0)  # scripted turns are canonical: identical
 
 
 def test_search_rewards_only_the_fact_and_reads_no_query_syntax(tokenizer, loop_of):
@@ -105,4 +109,5 @@ def test_python_environment_by_name_keeps_forged_markers_as_text(tokenizer, loop
     assert tool_runs(tokenizer, c) == [f"```output\n{FORGED}\n42\n```\n"]
     assert not set(special_token_ids(tokenizer)) & {t for t, m in zip(c.token_ids, c.tool_mask) if m}
     assert (c.env, c.tool_calls, c.tool_errors, c.turns) == ("python", 1, 0, 2)
-    assert c.env_drift == 1  # the forged markers are text in the tool turn; a re-tokenising trainer makes them special
+    assert (c.env_drift, c.env_noncanonical) == (1, 0)  # the forged markers are text in the tool turn (boundary
+    # drift): a re-tokenising trainer makes them special

@@ -38,10 +38,12 @@ class EnvConfig:
     """An observation longer than this is cut to its head and tail before it is tokenised."""
     drift_check: bool = True
     """Compare each trajectory's trained tokens with the chat template's rendering of its conversation and count
-    the differences (``env/drift_rate``)."""
+    the differences: at a turn boundary, in a tool turn or in text (``env/drift_rate``), and those that are only
+    the model's own non-canonical token split (``env/noncanonical_rate``, harmless: the tokens are kept)."""
     drift_fatal: bool = False
-    """With ``drift_check``: a trajectory whose tokens differ from the rendering stops the rollout with an error
-    naming the first differing position."""
+    """With ``drift_check``: a trajectory whose tokens differ from the rendering at a turn boundary, in a tool turn
+    or in text stops the rollout with an error naming the first differing position (a non-canonical split of the
+    model's own text does not)."""
     placement: str = "local"
     """Where environment steps run: ``local`` (threads of the generating worker's process) or ``ray`` (a pool of
     ``num_actors`` Ray actors per generating worker, on the nodes that have ``num_cpus_per_actor`` CPUs and

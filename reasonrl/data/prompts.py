@@ -1,4 +1,5 @@
-"""Prompt datasets: schema rows -> chat-template token ids, and a resumable epoch sampler."""
+"""Prompt datasets: schema rows -> chat-template token ids (with the tools of the row's environment), and a
+resumable epoch sampler."""
 from __future__ import annotations
 
 import logging
@@ -12,12 +13,19 @@ log = logging.getLogger(__name__)
 
 
 def render_prompt(tokenizer, messages: List[Dict[str, str]], apply_chat_template: bool = True,
-                  system_prompt: Optional[str] = None) -> List[int]:
-    """Token ids of a prompt: the tokenizer's chat template with the generation prompt appended."""
+                  system_prompt: Optional[str] = None, tools: Optional[List[Dict[str, Any]]] = None) -> List[int]:
+    """Token ids of a prompt: the tokenizer's chat template with the generation prompt appended. ``tools``: the JSON
+    schemas the prompt offers (``reasonrl.envs.prompting.row_tools``), given to the template (``tools=``) when it
+    reads them, else described in the system message (``offer_tools`` decides)."""
+    from reasonrl.envs.prompting import offer_tools
+
     if system_prompt:
         messages = [{"role": "system", "content": system_prompt}] + [m for m in messages if m["role"] != "system"]
-    if apply_chat_template and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    use_template = bool(apply_chat_template and getattr(tokenizer, "chat_template", None))
+    messages, template_tools = offer_tools(tokenizer, messages, tools or [], use_template)
+    if use_template:
+        extra = {"tools": template_tools} if template_tools else {}
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, **extra)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
             ids = ids["input_ids"]
         return list(ids)
@@ -47,8 +55,10 @@ class PromptDataset:
             rows = rows[:limit]
         self.prompts: List[Prompt] = []
         dropped = 0
-        for row in rows:
-            ids = render_prompt(tokenizer, row["prompt"], apply_chat_template, system_prompt)
+        from reasonrl.envs.prompting import row_tools
+
+        for row in rows:  # a row naming a hermes environment offers its tools (reasonrl/envs/prompting.py)
+            ids = render_prompt(tokenizer, row["prompt"], apply_chat_template, system_prompt, row_tools(row))
             if len(ids) > max_prompt_length:
                 dropped += 1
                 continue

@@ -125,14 +125,20 @@ class Environment:
         self.context = context or EnvContext()
         self.row: Dict[str, Any] = {}
 
-    def tools(self) -> List[Dict[str, Any]]:
-        """The JSON schemas of the ``@tool`` methods, in name order."""
+    @classmethod
+    def declared_tools(cls) -> List[Dict[str, Any]]:
+        """The JSON schemas of the class's ``@tool`` methods, in name order (what a row's prompt offers,
+        ``reasonrl.envs.prompting``; no instance needed)."""
         found = []
-        for attr in sorted(dir(type(self))):
-            schema = getattr(getattr(type(self), attr, None), "__tool_schema__", None)
+        for attr in sorted(dir(cls)):
+            schema = getattr(getattr(cls, attr, None), "__tool_schema__", None)
             if schema is not None:
                 found.append(schema)
         return found
+
+    def tools(self) -> List[Dict[str, Any]]:
+        """The JSON schemas of the ``@tool`` methods, in name order."""
+        return self.declared_tools()
 
     def reset(self, row: Dict[str, Any]) -> Reset:
         """Start a trajectory for dataset ``row``; the default keeps the row and offers the ``@tool`` methods."""

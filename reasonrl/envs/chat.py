@@ -8,17 +8,52 @@ then that markup's tokens around the observation's own tokens, and the observati
 
 The drift check (``ChatTurns.drift``) renders the same conversation with the chat template, tokenises it the way a
 trainer that re-tokenises would, and compares it with the tokens the loop trains on: the model's tokens as
-generated and the tool turns as tokenised once. A difference is drift (a sampled token sequence that is not the
-canonical tokenisation of its text, a template that rewrites earlier turns, a boundary the template tokenises
-differently); the loop counts it per trajectory (``env_drift``). Imports neither torch nor ray.
+generated and the tool turns as tokenised once. It tells two kinds of difference apart (``Drift.kind``):
+
+- ``noncanonical``: only the model's own segmentation differs. A sampled token sequence need not be the canonical
+  tokenisation of its text (BPE is not a bijection: the model may sample " Cor" "al" "ia" where encoding the text
+  gives " Cor" "alia"); re-encoding each model turn's text makes the trajectory match the rendering everywhere.
+  Harmless here: the loop trains on the tokens as generated.
+- ``boundary``: the rendering differs even then: at a turn boundary (a separator dropped or added, another end
+  token), in a tool turn's tokens, or in the text (a template that rewrites or strips a turn, a chat marker in a tool
+  output that the template makes special). What a bug in the loop or the template looks like.
+
+Imports neither torch nor ray.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 MODEL_SENTINEL = "MODELTURN7f3a"
 TOOL_SENTINEL = "TOOLTURN7f3a"
 PROBE = [{"role": "user", "content": "u"}]
+IDENTICAL, NONCANONICAL, BOUNDARY = "identical", "noncanonical", "boundary"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The drift check's verdict on one trajectory."""
+
+    kind: str
+    """``identical``, ``noncanonical`` (the model's tokens are not the canonical tokenisation of its text, all else
+    matches) or ``boundary`` (the rendering differs at a turn boundary, in a tool turn or in text)."""
+    position: int = -1
+    """The first differing token: in the trained tokens for ``noncanonical``, in the trained tokens with each model
+    turn re-encoded for ``boundary``; -1 when identical."""
+    expected: Tuple[int, ...] = ()
+    """For ``boundary``: a few of the template's tokens from ``position`` on (for the error message)."""
+    found: Tuple[int, ...] = ()
+    """For ``boundary``: the (re-encoded) trajectory's tokens from ``position`` on."""
+
+
+def first_difference(ids: Sequence[int], expected: Sequence[int]) -> Optional[int]:
+    """The first position where ``ids`` differ from ``expected`` (``ids`` may stop early: a trajectory cut at its
+    budget is a prefix of its rendering); None when ``ids`` is a prefix of ``expected``."""
+    for i, (a, b) in enumerate(zip(ids, expected)):
+        if a != b:
+            return i
+    return None if len(ids) <= len(expected) else len(expected)
 
 
 def encode_observation(tokenizer: Any, text: str) -> List[int]:
@@ -102,18 +137,44 @@ class ChatTurns:
         """Text of model tokens as the template would be given it back (special tokens kept, no clean-up)."""
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def drift(self, conversation: List[Dict[str, str]], response_ids: List[int]) -> Optional[bool]:
-        """Whether ``response_ids`` (what is trained on after the prompt) differ from the chat template's rendering
-        of ``conversation`` (the messages after the prompt); None when the template cannot say (no template, or a
-        rendering whose prompt part is not the prompt's own)."""
+    def rendered(self, conversation: List[Dict[str, str]]) -> Optional[List[int]]:
+        """The template's tokens for ``conversation`` after the probe prompt's generation prompt; None when the
+        template cannot say (no template, one that refuses the conversation, or a rendering whose prompt part is not
+        the prompt's own)."""
         if not getattr(self.tokenizer, "chat_template", None):
             return None
         try:
-            prefix = _ids(self.render(PROBE, True))
+            if not hasattr(self, "_probe_prefix"):
+                self._probe_prefix = _ids(self.render(PROBE, True))
+            prefix = self._probe_prefix
             full = _ids(self.render(PROBE + conversation))
         except Exception:  # a template that refuses the conversation cannot be checked against
             return None
-        if full[:len(prefix)] != prefix:
+        return full[len(prefix):] if full[:len(prefix)] == prefix else None
+
+    def drift(self, conversation: List[Dict[str, str]], runs: Iterable[Tuple[bool, List[int]]],
+              end_ids: Iterable[int] = ()) -> Optional[Drift]:
+        """How the trained tokens (``runs``: the trajectory's model and tool stretches, ``(is_tool, ids)`` in
+        order, the prefill joined to the first model turn) differ from the template's rendering of
+        ``conversation`` (the messages after the prompt); None when the template cannot say. A model turn's
+        closing token (one of ``end_ids``) is kept as it is; the text before it is re-encoded only when the trained
+        tokens differ, so a trajectory that matches costs one rendering."""
+        runs = [(bool(tool), list(ids)) for tool, ids in runs]
+        expected = self.rendered(conversation)
+        if expected is None:
             return None
-        expected = full[len(prefix):]
-        return list(response_ids) != expected[:len(response_ids)]
+        at = first_difference([t for _, ids in runs for t in ids], expected)
+        if at is None:
+            return Drift(IDENTICAL)
+        ends, canonical = set(end_ids), []
+        for tool, ids in runs:
+            if tool:
+                canonical += ids
+                continue
+            body, end = (ids[:-1], ids[-1:]) if ids and ids[-1] in ends else (ids, [])
+            canonical += list(self.tokenizer(self.decode(body), add_special_tokens=False)["input_ids"]) + end
+        boundary = first_difference(canonical, expected)
+        if boundary is None:
+            return Drift(NONCANONICAL, at)
+        return Drift(BOUNDARY, boundary, tuple(expected[boundary:boundary + 8]),
+                     tuple(canonical[boundary:boundary + 8]))

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 
 ENV_COLUMNS = ("env", "turns", "calls_per_tool", "malformed_calls", "env_failed", "tool_seconds", "env_drift",
-               "env_reward", "conversation")
+               "env_noncanonical", "env_reward", "conversation")
 """The per-response columns ``env_metrics`` and ``with_env_failures`` read."""
 
 
@@ -23,8 +23,11 @@ def _column(gen: Any, key: str) -> Optional[List[Any]]:
 
 def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, float]:
     """``env/*`` metrics of one round: rows per environment, turns per trajectory, calls per tool, malformed calls,
-    environment failures and seconds, the drift rate over the checked rows, the environment's mean reward and, with
-    the verifier ``results``, how often the environment's reward (> 0.5) agrees with the verifier's verdict."""
+    environment failures and seconds, over the drift-checked rows the boundary drift rate (``env/drift_rate``: the
+    template's rendering differs at a turn boundary, in a tool turn or in text) and the non-canonical rate
+    (``env/noncanonical_rate``: only the model's own token split differs, harmless), the environment's mean reward
+    and, with the verifier ``results``, how often the environment's reward (> 0.5) agrees with the verifier's
+    verdict."""
     envs = _column(gen, "env")
     if envs is None:
         return {}
@@ -47,6 +50,8 @@ def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, 
     drift = [d for d in _column(gen, "env_drift") or [] if d in (0, 1)]
     out["env/drift_checked"] = float(len(drift))
     out["env/drift_rate"] = sum(drift) / len(drift) if drift else 0.0
+    noncanonical = [d for d in _column(gen, "env_noncanonical") or [] if d in (0, 1)]
+    out["env/noncanonical_rate"] = sum(noncanonical) / len(noncanonical) if noncanonical else 0.0
     rewards = [(i, r) for i, r in enumerate(_column(gen, "env_reward") or []) if r is not None and not math.isnan(r)]
     if rewards:
         out["env/reward_mean"] = sum(r for _, r in rewards) / len(rewards)

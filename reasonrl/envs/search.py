@@ -22,7 +22,8 @@ QUERY_SCHEMA = {"type": "object", "properties": {"query": {"type": "string", "de
 SEARCH_TOOLS = [{"type": "function", "function": {
     "name": "search", "description": "Search the encyclopedia; returns the best matching articles.",
     "parameters": QUERY_SCHEMA}}]
-"""The tools the search environment offers (also written into the task's system prompt)."""
+"""The tools the search environment offers (its ``@tool``; a row's prompt offers them, ``reasonrl.envs.prompting``:
+through the chat template's ``tools=`` where it takes them, else as ``describe_tools`` text in the system message)."""
 
 
 class CorpusIndex:

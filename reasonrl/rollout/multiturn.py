@@ -11,7 +11,8 @@ turn, tokenized once: inline text (``fenced_python``), or a ``tool`` message in 
 (``hermes``, ``reasonrl.envs.chat``). Token in, token out: a trajectory's ``token_ids`` are exactly the tokens the
 engine produced plus the tool turns' tokens, never a re-tokenisation; ``tool_mask`` marks the tool turns, which
 training masks out of the loss, the KL and the entropy. With ``env.drift_check`` each trajectory is compared with
-the chat template's rendering of its conversation (``env_drift``).
+the chat template's rendering of its conversation: ``env_drift`` marks a difference at a turn boundary, in a tool
+turn or in text, ``env_noncanonical`` one that is only the model's own non-canonical token split (harmless).
 
 Budgets: ``sampling.max_new_tokens`` bounds the whole trajectory (model and tool tokens), ``max_turns`` the model
 turns (so at most ``max_turns - 1`` rounds of calls). A malformed call gets an error observation and is counted; an
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional
 
 from reasonrl.envs import EnvContext, StepResult, make_environment
-from reasonrl.envs.chat import ChatTurns, encode_observation, special_token_ids  # noqa: F401  (re-exported)
+from reasonrl.envs.chat import BOUNDARY, NONCANONICAL, ChatTurns
+from reasonrl.envs.chat import encode_observation, special_token_ids  # noqa: F401  (re-exported)
 from reasonrl.envs.parsers import ParsedTurn, make_parser
 from reasonrl.envs.python_env import context_tool
 from reasonrl.envs.remote import make_pool
@@ -68,18 +70,24 @@ class ToolCompletion(Completion):
     env_reward: float = float("nan")
     """The last reward the environment gave (NaN: none)."""
     env_drift: int = -1
-    """1: the trained tokens differ from the chat template's rendering of the conversation; 0: same; -1: unchecked."""
+    """1: the trained tokens differ from the chat template's rendering of the conversation at a turn boundary, in a
+    tool turn or in text (boundary drift, ``reasonrl.envs.chat``); 0: no such difference; -1: unchecked."""
+    env_noncanonical: int = -1
+    """1: the trained tokens differ from the rendering only because the model's tokens are not the canonical
+    tokenisation of their text (harmless: they are trained on as generated); 0: not so; -1: unchecked."""
     conversation: List[Dict[str, str]] = field(default_factory=list)
     """The messages after the prompt (assistant and tool turns), for the sample log."""
 
 
 TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds", "env",
-                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "conversation")
+                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "env_noncanonical",
+                  "conversation")
 """Per-row fields a multi-turn rollout adds to the worker's ``generate`` batch (meta)."""
 
 
 class DriftError(RuntimeError):
-    """``env.drift_fatal``: a trajectory's tokens differ from the chat template's rendering of its conversation."""
+    """``env.drift_fatal``: a trajectory's tokens differ from the chat template's rendering of its conversation at a
+    turn boundary, in a tool turn or in text (boundary drift; a non-canonical split of the model's text is not)."""
 
 
 class ToolRollout:
@@ -297,13 +305,16 @@ class ToolRollout:
     def _completion(self, t: Trajectory, with_logprobs: bool) -> ToolCompletion:
         model_ids = [i for i, m in zip(t.ids, t.mask) if not m]
         conversation = t.log_conversation(self.chat)
-        drift = -1
+        drift = noncanonical = -1
         if t.parser is not None and self._limit("drift_check", True):
-            checked = self.chat.drift(t.drift_conversation(self.chat, self._end_ids), t.prefill + t.ids)
-            drift = -1 if checked is None else int(checked)
+            checked = self.chat.drift(t.drift_conversation(self.chat, self._end_ids), t.drift_runs(), self._end_ids)
+            if checked is not None:
+                drift, noncanonical = int(checked.kind == BOUNDARY), int(checked.kind == NONCANONICAL)
             if drift == 1 and self._limit("drift_fatal", False):
                 raise DriftError(f"environment {t.env_name!r}: the trained tokens differ from the chat template's "
-                                 f"rendering of the conversation {conversation!r:.300}")
+                                 f"rendering of the conversation at token {checked.position} (after the prompt, "
+                                 f"model turns re-encoded): the template has {list(checked.expected)}, the "
+                                 f"trajectory {list(checked.found)}; conversation {conversation!r:.300}")
         return ToolCompletion(token_ids=list(t.ids), text=self.tokenizer.decode(model_ids, skip_special_tokens=True),
                               logprobs=list(t.logprobs) if with_logprobs else [],
                               finish_reason=t.finish or "stop", tool_mask=list(t.mask), turns=t.turns,
@@ -311,7 +322,7 @@ class ToolRollout:
                               tool_seconds=t.seconds, env=t.env_name, malformed_calls=t.malformed,
                               calls_per_tool=dict(t.per_tool), env_failed=t.env_failed,
                               env_reward=t.env_reward if t.env_reward is not None else math.nan, env_drift=drift,
-                              conversation=conversation)
+                              env_noncanonical=noncanonical, conversation=conversation)
 
 
 def tool_meta(completions: List[Completion]) -> Dict[str, List[Any]]:

@@ -75,6 +75,16 @@ class Trajectory:
                 out.append((bool(m), [tok]))
         return out
 
+    def drift_runs(self) -> List[tuple]:
+        """``runs()`` with the prefill joined to the first model turn: the stretches the drift check compares."""
+        runs = self.runs()
+        if self.prefill:
+            if runs and not runs[0][0]:
+                runs[0] = (False, list(self.prefill) + runs[0][1])
+            else:
+                runs.insert(0, (False, list(self.prefill)))
+        return runs
+
     def log_conversation(self, chat: Any) -> List[Dict[str, str]]:
         """The messages after the prompt, as the sample log shows them (the model's text without special tokens)."""
         return self._messages(lambda ids: chat.tokenizer.decode(ids, skip_special_tokens=True))
