@@ -22,10 +22,12 @@ def test_a_bf16_lora_actor_trains_after_a_first_pass_with_adapters_off(tmp_path)
     from reasonrl.workers.lora_sync import LoraSync
     from reasonrl.workers.policy import load_sharded_lm
 
-    path = make_tiny_causal_lm(tmp_path / "lm")
     cfg, _ = load_config(ARGS, cuda_available=False)
     mesh = init_distributed(0, 1, "127.0.0.1", free_port(), "cpu")
-    model = load_sharded_lm(cfg, path, mesh, "cpu", torch.bfloat16, trainable=True, prepare=LoraSync(cfg, path).prepare)
+    with torch.random.fork_rng():  # the seeded model and peft's init leave the later tests' random state alone
+        path = make_tiny_causal_lm(tmp_path / "lm")
+        model = load_sharded_lm(cfg, path, mesh, "cpu", torch.bfloat16, trainable=True,
+                                prepare=LoraSync(cfg, path).prepare)
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad(), model.disable_adapter():  # what Policy.reference's forward_context does
         model(input_ids=ids)
@@ -193,7 +195,7 @@ def test_adapter_only_sync_brings_the_engine_to_the_actor_and_merged_equals_it(t
     cfg, _ = load_config([*ARGS, "rollout.engine=hf", "actor.lora.merge_for_rollout=true"], cuda_available=False)
     merged = LoraSync(cfg, model_path)
     host = EngineHost(HFRolloutEngine.from_pretrained(model_path, worker.tokenizer, torch.float32, "cpu"),
-                      worker.tokenizer, cfg, "cpu")
+                      worker.tokenizer, cfg, "cpu", tools=False)
     moved = host.load_weights(iter_buckets(merged.sync_tensors(worker.actor, "cpu", torch.float32), 2**24))
     base_bytes = sum(p.numel() * 4 for n, p in worker.actor.named_parameters() if not lora_lib.is_adapter_param(n))
     assert moved == base_bytes  # the whole model, each adapted weight merged (55x the adapter for SmolLM2 at r 8)
@@ -241,7 +243,7 @@ def test_checkpoint_holds_adapter_and_merged_model_and_resume_is_exact(trained, 
     with torch.no_grad():
         export_lp, _ = mb_log_probs(worker.cfg, load_causal_lm(str(tmp_path / "hf"), torch.float32).eval(), batch,
                                     False)
-    torch.testing.assert_close(export_lp, before, atol=1e-4, rtol=0)
+    torch.testing.assert_close(export_lp, before, atol=1e-4, rtol=1e-5)  # W + s B A in fp32: rounding only
 
     # python -m reasonrl.eval model.path=<adapter dir>: the base with the adapter merged, built once into the cache.
     from reasonrl.eval.runner import resolve_eval_model
@@ -251,7 +253,7 @@ def test_checkpoint_holds_adapter_and_merged_model_and_resume_is_exact(trained, 
     assert merged_dir.startswith(str(tmp_path / "cache")) and resolve_eval_model(str(tmp_path / "adapter")) == merged_dir
     with torch.no_grad():
         eval_lp, _ = mb_log_probs(worker.cfg, load_causal_lm(merged_dir, torch.float32).eval(), batch, False)
-    torch.testing.assert_close(eval_lp, before, atol=1e-4, rtol=0)
+    torch.testing.assert_close(eval_lp, before, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.slow
