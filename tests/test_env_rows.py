@@ -76,7 +76,7 @@ def test_rows_with_the_same_prompt_each_reach_their_own_environment(tmp_path, to
     prompts = list(PromptDataset([files], tokenizer, cfg.data.max_prompt_length))
     assert len({tuple(p.token_ids) for p in prompts}) == 1  # one prompt: its tokens cannot tell the rows apart
     batch = prompt_batch(prompts)
-    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu")
+    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu", tools=True)
     try:
         for parts in (1, 2):  # one engine, or two engines each with its part of the batch (WorkerGroup's split)
             sampling = {"n": 2, "max_new_tokens": 100}
@@ -91,7 +91,7 @@ def test_rows_with_the_same_prompt_each_reach_their_own_environment(tmp_path, to
 
 def test_a_batch_without_rows_runs_the_default_environment(tokenizer, tmp_path):
     cfg, _ = load_config(["task=search", "rollout.engine=hf", "env.default=none"], cuda_available=False)
-    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu")
+    host = EngineHost(CallThenAnswer(tokenizer), tokenizer, cfg, "cpu", tools=True)
     from reasonrl.data.batch import Batch
 
     prompt = tokenizer.encode("hello", add_special_tokens=False)
@@ -117,7 +117,7 @@ def test_search_prompts_run_in_the_search_environment(search_run, tmp_path, mode
     assert len(data) == 800  # no prompt is longer than the CPU profile's max_prompt_length
     engine = HFRolloutEngine.from_pretrained(make_tiny_policy(tmp_path / "policy", model_path), tokenizer,
                                              torch.float32, "cpu")
-    host = EngineHost(engine, tokenizer, cfg, "cpu")
+    host = EngineHost(engine, tokenizer, cfg, "cpu", tools=True)
     try:
         [out] = list(host.generate_chunks(prompt_batch([data[0], data[5]]), {"n": 2, "max_new_tokens": 8}, 0))
         assert out["env"] == ["search"] * 4

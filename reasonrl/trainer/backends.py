@@ -59,7 +59,7 @@ class RayBackend:
         print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
-        kwargs = {"config": to_dict(cfg), "model_path": model_path, "batch_plan": plan.batch}
+        kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
         with startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks), layout=layout)
@@ -70,7 +70,8 @@ class RayBackend:
             if plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,
-                                              {"config": to_dict(cfg), "model_path": model_path})
+                                              {"config": to_dict(cfg), "model_path": model_path,
+                                               "plan": plan.for_workers()})
         return groups
 
 
@@ -89,7 +90,7 @@ class InProcessBackend(RayBackend):
         if plan.world_size != 1 or plan.engine_ranks != 1 or plan.rollout_workers > 1:
             raise ValueError(f"the in-process backend runs one worker per group; this plan has {plan.world_size} "
                              f"actor ranks, engines of {plan.engine_ranks} and {plan.rollout_workers} rollout workers")
-        kwargs = {"config": to_dict(cfg), "model_path": model_path, "batch_plan": plan.batch,
+        kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers(),
                   "num_threads": self.num_threads}
         with startup("workers_up"):
             groups = Groups(InProcessGroup(self.actor_worker, kwargs))
@@ -98,5 +99,6 @@ class InProcessBackend(RayBackend):
                 groups.critic = InProcessGroup(self.critic_worker, kwargs)
             if plan.is_async:
                 groups.rollouts = InProcessGroup(self.rollout_worker, {"config": to_dict(cfg), "model_path": model_path,
+                                                                       "plan": plan.for_workers(),
                                                                        "num_threads": self.num_threads})
         return groups

@@ -18,6 +18,7 @@ import torch
 from reasonrl.config import Config, ConfigError
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.passes import Passes, passes_needed
+from reasonrl.config.worker_plan import WorkerPlan
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class RunPlan:
     @property
     def is_async(self) -> bool:
         return self.mode == "async"
+
+    def for_workers(self) -> WorkerPlan:
+        """What the training workers read from this plan (handed to each with its config)."""
+        return WorkerPlan(batch=self.batch, hosts_engine=not self.is_async, tools=self.generator == "tools")
 
     @classmethod
     def build(cls, cfg: Config, device: Optional[str] = None) -> "RunPlan":

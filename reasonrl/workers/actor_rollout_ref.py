@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from reasonrl.config import from_dict
-from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.rollout import SLEEP_PARTS, resolve_engine_name
@@ -44,14 +44,15 @@ log = logging.getLogger(__name__)
 
 class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
+                 master_port: int, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
         self.cfg = from_dict(config)
         if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
             raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
                              f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.rank, self.world_size = rank, world_size
-        # The trainer's plan (mini-/micro-batch sizes); built from the same config when the worker stands alone.
-        self.batch_plan = batch_plan or BatchPlan.from_config(self.cfg, world_size)
+        # The trainer's plan (batch sizes, engine or not, tools); built from the same config when the worker stands alone.
+        self.plan = plan or WorkerPlan.from_config(self.cfg, world_size)
+        self.batch_plan = self.plan.batch
         self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         self.model_path = model_path
@@ -75,10 +76,11 @@ class ActorRolloutRefWorker:
         self.ref_offload.offload()
 
         self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
-        if self.cfg.trainer.mode != "async":
+        if self.plan.hosts_engine:
             started = time.perf_counter()
             engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device)
-            self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, time.perf_counter() - started)
+            self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=self.plan.tools,
+                                   start_seconds=time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
 
     # The parts, by the names the benchmarks and tests read.

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from reasonrl.algorithms import explained_variance, masked_mean, value_loss
 from reasonrl.config import from_dict
-from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import micro_batch_groups, restore_order
@@ -39,11 +39,11 @@ class CriticWorker:
     """Same constructor as ``ActorRolloutRefWorker`` so one ``WorkerGroup`` recipe builds either."""
 
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0, batch_plan: Optional[BatchPlan] = None) -> None:
+                 master_port: int, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
         # The trainer's plan: the same mini- and micro-batches as the actor.
-        self.batch_plan = batch_plan or BatchPlan.from_config(self.cfg, world_size)
+        self.batch_plan = (plan or WorkerPlan.from_config(self.cfg, world_size)).batch
         self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         c = self.cfg.critic

@@ -47,10 +47,11 @@ def completions_to_batch(prompt_ids: Sequence[Sequence[int]], results, first_row
     return Batch(meta=meta)
 
 
-def rollout_generator(engine, tokenizer, cfg):
-    """What a worker generates with: the engine, or the multi-turn tool loop around it when ``tool.enabled``
-    (``rollout/multiturn.py``). Both worker kinds use it, so a task with tools runs its tools in either mode."""
-    return ToolRollout.from_config(engine, tokenizer, cfg) if cfg.tool.enabled else engine
+def rollout_generator(engine, tokenizer, cfg, tools: bool):
+    """What a worker generates with: the engine, or with ``tools`` (the plan's generator) the multi-turn tool loop
+    around it (``rollout/multiturn.py``). Both worker kinds use it, so a task with tools runs its tools in either
+    mode."""
+    return ToolRollout.from_config(engine, tokenizer, cfg) if tools else engine
 
 
 def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Dict[str, Any],
@@ -88,27 +89,27 @@ def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str
 
 
 class EngineHost:
-    """One rollout engine (``engine``) and its phases, for the worker that holds it."""
+    """One rollout engine (``engine``) and its phases, for the worker that holds it; ``tools``: rollouts run the
+    multi-turn tool loop around it (the plan's ``WorkerPlan.tools``)."""
 
-    def __init__(self, engine, tokenizer, cfg, device: str, start_seconds: float = 0.0) -> None:
-        self.engine, self.tokenizer, self.cfg, self.device = engine, tokenizer, cfg, device
+    def __init__(self, engine, tokenizer, cfg, device: str, tools: bool, start_seconds: float = 0.0) -> None:
+        self.engine, self.tokenizer, self.cfg, self.device, self.tools = engine, tokenizer, cfg, device, tools
         self.start_seconds = start_seconds
         """Seconds the engine took to start (the trainer's ``startup_s/engine_start``)."""
-        self._generator = None  # the multi-turn loop around the engine (tool.enabled), built on first use
+        self._generator = None  # the multi-turn loop around the engine (with tools), built on first use
 
     @property
     def generator(self):
-        """The engine, or the multi-turn tool loop around it when ``tool.enabled`` (``rollout/multiturn.py``)."""
+        """The engine, or the multi-turn tool loop around it with ``tools`` (``rollout/multiturn.py``)."""
         if self._generator is None:
-            self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg)
+            self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg, self.tools)
         return self._generator
 
     def generate_chunks(self, prompts: Batch, sampling: dict, chunk_prompts: int):
         """The generated rows for a prompt batch (meta ``prompt_ids``, and ``rows``: the dataset rows the tool loop
         resets environments with) as Batches of ``chunk_prompts`` prompts' responses (0: one Batch)."""
         rows = prompts[PROMPT_ROWS] if PROMPT_ROWS in prompts else None
-        return generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts, self.cfg.tool.enabled,
-                               rows)
+        return generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts, self.tools, rows)
 
     # ------------------------------------------------------------------ memory phases
     def sleep(self) -> float:

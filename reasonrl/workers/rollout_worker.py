@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
 from reasonrl.config import from_dict
 from reasonrl.config.device_defaults import resolve_device
+from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
@@ -29,8 +30,9 @@ class RolloutWorker:
     """One rollout engine on one device (a GPU, or CPU cores), driven by the async trainer."""
 
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str = "",
-                 master_port: int = 0, num_threads: int = 0) -> None:
+                 master_port: int = 0, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
         self.cfg = from_dict(config)
+        tools = (plan or WorkerPlan.from_config(self.cfg, world_size)).tools
         self.rank = rank
         self.device = resolve_device(self.cfg.trainer.device)
         if self.device == "cuda":
@@ -42,7 +44,7 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.dtype = torch_dtype(self.cfg.model.dtype, self.device)
         engine = make_engine(self.cfg, model_path, self.tokenizer, self.dtype, self.device)
-        self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device)
+        self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=tools)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
 

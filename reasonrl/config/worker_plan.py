@@ -1,0 +1,26 @@
+"""What a training worker reads from the run's plan: built once on the driver (``RunPlan.for_workers``) and handed
+to every worker with its config, so that no worker re-derives the mode, the generator or the batch sizes from the
+raw config. A worker built on its own (tests, benchmarks) gets ``WorkerPlan.from_config``, the same rules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .batch_plan import BatchPlan
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """The facts of the run that a worker acts on (see the module docstring)."""
+
+    batch: BatchPlan
+    """Every batch size (the worker's mini- and micro-batches)."""
+    hosts_engine: bool
+    """The actor worker holds the rollout engine (colocated); False in async mode, where rollout workers generate."""
+    tools: bool
+    """Rollouts run the multi-turn tool loop around the engine (``RunPlan.generator == "tools"``)."""
+
+    @classmethod
+    def from_config(cls, cfg, world_size: int) -> "WorkerPlan":
+        """The plan of a worker that stands alone (``RunPlan.build`` decides these facts the same way)."""
+        return cls(batch=BatchPlan.from_config(cfg, world_size), hosts_engine=cfg.trainer.mode != "async",
+                   tools=cfg.tool.enabled)
