@@ -112,7 +112,11 @@ def test_token_budget_micro_batches_give_the_one_big_batch_gradient(tiny_policy,
         # The update stands in for the skipped old-log-prob pass: its entropy metric is a token mean too.
         assert metrics["actor/entropy"] == pytest.approx(big_metrics["actor/entropy"], rel=1e-5)
         for name, g in big.items():
-            torch.testing.assert_close(split[name], g, atol=1e-6, rtol=1e-5, msg=f"{overrides} {name}")
+            # Summed over micro-batches in fp32, each element is off by rounding that scales with the tensor's
+            # largest gradient, not its own (3.7e-6 at a largest 0.47 on the tied embedding, transformers 5.19); a
+            # row weighted wrongly or leaking across a packed boundary is off by ~1e-2 of it.
+            err, scale = float((split[name] - g).abs().max()), float(g.abs().max())
+            assert err <= 1e-6 + 2e-5 * scale, f"{overrides} {name}: off by {err:.3g} at a largest {scale:.3g}"
     assert any(g.abs().max() > 1e-4 for g in big.values())  # a real gradient, not zeros on both sides
 
 
