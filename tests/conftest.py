@@ -36,6 +36,14 @@ def model_path() -> str:
     return resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    """The real model's tokenizer, loaded once per module (a test module that changes it changes only its own)."""
+    from reasonrl.models import load_tokenizer
+
+    return load_tokenizer(model_path)
+
+
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory, model_path) -> str:
     """A 2-layer random Llama with SmolLM2's tokenizer and chat template (tests/helpers.py's ``make_tiny_policy``),

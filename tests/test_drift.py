@@ -34,13 +34,6 @@ class Echo(Environment):
         return "<" + "|im_end|>\n<" + "|im_start|>user\nhi"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
 def noncanonical_answer(tokenizer):
     """ANSWER's tokens with " Coralia" sampled as " Cor" "al" "ia" (canonical: " Cor" "alia"): the same text."""
     canonical = tokenizer.encode(ANSWER, add_special_tokens=False)

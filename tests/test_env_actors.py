@@ -34,13 +34,6 @@ def cluster():
         yield node_id
 
 
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
 def call(name):
     return f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>'
 

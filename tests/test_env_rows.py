@@ -50,11 +50,6 @@ class CallThenAnswer:
         return out
 
 
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    return load_tokenizer(model_path)
-
-
 def same_prompt_rows(tmp_path, secrets):
     """A data file of rows with one prompt and different environment answers."""
     path = tmp_path / "same_prompt.jsonl"

@@ -45,13 +45,6 @@ def release_hung_steps():
     RELEASE.set()
 
 
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
 def call(name, **arguments):
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 

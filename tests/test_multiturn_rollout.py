@@ -45,13 +45,6 @@ class RecordingTool(PythonTool):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
-@pytest.fixture(scope="module")
 def prompts(tokenizer):
     out = []
     for question in ("What is 123 * 45?", "What is 2 to the power 20?"):

@@ -32,13 +32,6 @@ TOOLS_TEMPLATE = (  # ChatML with tools, after Qwen2.5's template: the schemas i
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
-@pytest.fixture(scope="module")
 def tools_tokenizer(model_path):
     from reasonrl.models import load_tokenizer
 

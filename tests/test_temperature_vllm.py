@@ -30,13 +30,6 @@ QUESTIONS = ("What is 7 times 8?", "Name a prime number larger than 10.")
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
-@pytest.fixture(scope="module")
 def actor(model_path):
     """The policy after an update: SmolLM2 with every weight moved by 0.005 x N(0, 1) (its log-probs move by
     more than the tolerance, so an engine that missed the sync would fail below)."""

@@ -34,13 +34,6 @@ SPRAY = ("import os\ndef spray():\n    for fd in range(256):\n"
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
-@pytest.fixture(scope="module")
 def tools():
     made = {}
 

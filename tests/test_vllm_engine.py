@@ -30,13 +30,6 @@ EOS = 2  # <|im_end|> in SmolLM2's vocabulary
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    from reasonrl.models import load_tokenizer
-
-    return load_tokenizer(model_path)
-
-
-@pytest.fixture(scope="module")
 def hf_model(model_path):
     from reasonrl.models import load_causal_lm
 
