@@ -150,6 +150,9 @@ def parse_args(argv=None):
                    help="start no timed step (beyond the first) that would end later than this after start-up")
     p.add_argument("--reserve-s", type=float, default=60.0, help="seconds kept for the anchor and the checks")
     p.add_argument("--check-tokens", type=int, default=256, help="response tokens in the weight-sync check")
+    p.add_argument("--anchor", type=lambda s: s.lower() == "true", default=True,
+                   help="after the steps, the bare LLM.generate anchor and the micro-batch profile (false: only the "
+                        "weight-sync and sleep checks, to save device time)")
     p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
     p.add_argument("--out", type=Path, default=RESULTS / "gpu_grpo_step.json")
     args = p.parse_args(argv)
@@ -271,6 +274,10 @@ def after_steps(trainer, args, result: Dict[str, Any], on_gpu: bool, wall_start:
     vocab = int(SHAPES[args.shape]["vocab_size"])
     from reasonrl.data import Batch
 
+    if not args.anchor:
+        result["checks"] = weight_sync_checks(group, sample[0], sample[1][:args.check_tokens], on_gpu)
+        print(f"checks: {json.dumps(result['checks'])}", flush=True)
+        return
     prompts = [p.token_ids for p in trainer.train_data.prompts]  # the step's own prompts
     parts = group.bench_raw_generate(Batch(meta={"prompt_ids": prompts}), args.n, args.response_len)
     seconds, tokens = max(parts["seconds"]), sum(parts["tokens"])  # the engines run side by side

@@ -100,6 +100,46 @@ def test_activation_rule_matches_a_real_layers_saved_tensors(model_type):
     assert measured == pytest.approx(predicted, rel=0.03)
 
 
+def test_lora_activation_rule_matches_a_real_peft_layers_saved_tensors():
+    """With peft LoRA adapters (rank 8, every projection, dropout 0) computing in bf16, as the actor's FSDP2
+    mixed-precision unshard casts them, the layer saves what it saves without them plus A x per projection,
+    less the two norms' normalised inputs (``lora_activation_delta_per_token_layer``), counted with saved-tensor
+    hooks as above."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape_dict = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64, tie_word_embeddings=True)
+    cfg = AutoConfig.for_model("llama", **shape_dict)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = model.to(torch.bfloat16).train()  # peft keeps adapters in fp32; FSDP2's param_dtype computes in bf16
+    inner = model.base_model.model.model
+    layer = inner.layers[0]
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 256, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(seq)[None].expand(batch, seq)
+    cos_sin = inner.rotary_emb(x, pos)
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x, attention_mask=None, position_ids=pos, position_embeddings=cos_sin)
+    skip = {t.untyped_storage().data_ptr() for t in [*layer.parameters(), *cos_sin, x]}
+    measured = sum(v for k, v in saved.items() if k not in skip) / (batch * seq)
+    shape = ModelShape.from_config_json({"model_type": "llama", **shape_dict})
+    lora = shape.lora_activation_delta_per_token_layer(8, [], 2)
+    assert lora == 7 * 8 * 2 - 2 * 256 * 2  # a bf16 A x of width r per projection; the frozen norms save no input
+    assert measured == pytest.approx(shape.activation_bytes_per_token_layer(2) + lora, rel=0.03)
+
+
 # ------------------------------------------------------------------ terms by hand
 
 
@@ -160,6 +200,38 @@ def test_token_budget_sets_the_micro_batch_and_offload_moves_terms():
     assert "actor weights (fp32 shards)" not in plan.phase("rollout").terms
     assert "reference weights (fp32 shards)" not in plan.phase("update").terms
     assert plan.phase("reference").terms["reference weights (fp32 shards)"] == 4 * TINY_PARAMS
+
+
+def test_lora_terms_by_hand():
+    base = ("model.dtype=bfloat16", "rollout.gpu_memory_utilization=0.5", "data.max_prompt_length=8",
+            "rollout.max_new_tokens=8", "eval.max_new_tokens=8", "data.train_batch_size=4", "rollout.n=2",
+            "actor.micro_batch_size_per_worker=2", "actor.lora.rank=2")
+    plan = plan_memory(config(*base), TINY, 1 << 20, Placement(world_size=2))
+    assert [p.name for p in plan.phases] == ["rollout", "reference", "update", "weight_sync"]
+    # rank 2 on every projection: r (in + out) = q 2x16, k 2x12, v 2x12, o 2x16, gate 2x24, up 2x24, down 2x24
+    # = 256 per layer, Pa = 512 over 2 layers.
+    rollout = plan.phase("rollout").terms
+    assert rollout["actor weights (fp32 shards, base + adapters)"] == 4 * (TINY_PARAMS + 512) / 2
+    assert rollout["actor AdamW moments (2 x fp32, adapters)"] == 8 * 512 / 2
+    assert not [k for p in plan.phases for k in p.terms if k.startswith("reference")]  # no reference copy
+    assert plan.phase("reference").terms["actor (adapters off) root (unsharded, dt)"] == 264 * 2
+    update = plan.phase("update").terms
+    assert update["actor, adapters gradients (fp32 shards)"] == 4 * 512 / 2
+    # two layers gathered in bf16 (2 x 592 x 2) and two layers' adapter gradients reduced in fp32 (2 x 256 x 4)
+    assert update["FSDP layers in flight (2 x dt gathered, 2 x fp32 reduced)"] == 2368 + 2048
+    # 32 tokens x 2 layers x (316 + 7 projections x r 2 x 2 bytes - the frozen norms' inputs 2 x h 8 x 2 bytes)
+    assert update["activations (32 tokens)"] == 32 * 2 * (316 + 28 - 32)
+    assert plan.phase("weight_sync").terms["LoRA adapter (gathered, fp32)"] == 4 * 512
+    merged = plan_memory(config(*base, "actor.lora.merge_for_rollout=true"), TINY, 1 << 20, Placement(world_size=2))
+    # bucket + max(embedding fp32 + bf16 copy 32 x 8 x 6 = 1536, gate: W, B A, sum in fp32 + bf16 8 x 16 x 14 = 1792)
+    assert merged.phase("weight_sync").terms["weight sync bucket + largest parameter merged (fp32)"] == \
+        256 * 2**20 + 1792
+    two = plan_memory(config(*base[:-1], "actor.lora.rank=4", "actor.lora.target_modules=[q_proj,v_proj]"), TINY,
+                      1 << 20)
+    # q 4 x (8 + 8) + v 4 x (8 + 4) = 112 per layer, 224 in all (world size 1)
+    assert two.phase("rollout").terms["actor AdamW moments (2 x fp32, adapters)"] == 8 * 224
+    with pytest.raises(ValueError, match="c_attn"):
+        plan_memory(config(*base[:-1], "actor.lora.rank=4", "actor.lora.target_modules=[c_attn]"), TINY, 1 << 20)
 
 
 def test_critic_phases_and_tensor_parallel_engine():

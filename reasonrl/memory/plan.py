@@ -123,7 +123,15 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     whichever is larger. The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
     and the largest full parameter before the KV cache wakes. ``trainer.mode=async``: no engine on the actor's
     devices; its ``weight_send`` phase (rank 0 broadcasting) holds a bucket (at least the largest full parameter,
-    which travels alone when larger), its packed copy and the next gathered parameter."""
+    which travels alone when larger), its packed copy and the next gathered parameter.
+
+    LoRA (``actor.lora.rank`` > 0; Pa adapter parameters, ``ModelShape.lora_parameters``): the actor's shards hold
+    the frozen base and the adapters (4(P + Pa)/W); AdamW moments and gradients exist for the adapters only (8Pa/W,
+    4Pa/W); there is no reference copy (the reference pass is the actor with its adapters off); the saved
+    activations gain A x per adapted projection and lose the frozen norms' inputs; FSDP reduces only the adapters'
+    gradients. An adapter-only sync
+    gathers every adapter tensor in fp32 at once (4Pa, no bucket); a merged sync holds the bucket and, at the largest
+    adapted projection, its fp32 weight, B A, their sum and the merged copy in dt."""
     from reasonrl.config.token_budget import auto_budget_keys
 
     unresolved = auto_budget_keys(cfg)
@@ -148,6 +156,13 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                                                          P)
     has_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
     a = cfg.actor
+    lora = a.lora.rank > 0
+    Pa = shape.lora_parameters(a.lora.rank, a.lora.target_modules) if lora else 0
+    trained = Pa if lora else P  # what the optimizer holds and the update's gradients cover
+    trained_layer = shape.lora_layer_parameters(a.lora.rank, a.lora.target_modules) if lora \
+        else shape.layer_parameters()
+    ref_copy = has_ref and not lora  # with LoRA the reference is the actor with its adapters off
+    adapters = ", adapters" if lora else ""
     root = shape.root_parameters() * dt
     layer_gather = 2 * shape.layer_parameters() * dt
     overhead = CUDA_CONTEXT_BYTES * (2 if critic else 1) if p.device == "cuda" else 0.0
@@ -155,10 +170,10 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     def resident(phase: str) -> Dict[str, float]:
         t: Dict[str, float] = {}
         if not a.offload_params or phase in ("log_probs", "update"):
-            t["actor weights (fp32 shards)"] = 4 * P / W
+            t[f"actor weights (fp32 shards{', base + adapters' if lora else ''})"] = 4 * (P + Pa) / W
         if not a.offload_optimizer or phase == "update":
-            t["actor AdamW moments (2 x fp32)"] = 8 * P / W
-        if has_ref and (not cfg.ref.offload_params or phase == "reference"):
+            t[f"actor AdamW moments (2 x fp32{adapters})"] = 8 * trained / W
+        if ref_copy and (not cfg.ref.offload_params or phase == "reference"):
             t["reference weights (fp32 shards)"] = 4 * P / W
             t["reference root (unsharded, dt)"] = root
         if critic:
@@ -183,13 +198,14 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         return PhasePlan(phase, t, overhead, dev)
 
     def training_pass(phase: str, budget: int, Pm: int, label: str, head: bool, entropy: bool,
-                      compiled: bool) -> PhasePlan:
+                      compiled: bool, reduced_layer: int, extra_per_token_layer: float = 0.0) -> PhasePlan:
         tokens, resp = micro_batch_tokens(cfg, mini_rows, budget)
         t = {**resident(phase), **({} if sleeps else awake()),
              f"{label} gradients (fp32 shards)": 4 * Pm / W, f"{label} root (unsharded, dt)": root,
-             "FSDP layers in flight (2 x dt gathered, 2 x fp32 reduced)": 2 * shape.layer_parameters() * (dt + 4),
+             "FSDP layers in flight (2 x dt gathered, 2 x fp32 reduced)":
+                 2 * shape.layer_parameters() * dt + 2 * reduced_layer * 4,
              f"activations ({tokens} tokens{', checkpointed' if cfg.model.gradient_checkpointing else ''})":
-                 activation_bytes(cfg, shape, tokens, dt, compiled)}
+                 activation_bytes(cfg, shape, tokens, dt, compiled, extra_per_token_layer)}
         if head:
             t["log-prob head (chunk of logits)"] = max(head_backward_bytes(shape, resp),
                                                        head_forward_bytes(shape, resp, entropy))
@@ -203,20 +219,28 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         phases.append(forward_pass("log_probs", a.max_tokens_per_micro_batch, True, True, "actor"))
     if has_ref:
         phases.append(forward_pass("reference", cfg.ref.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch,
-                                   True, False, "reference"))
+                                   True, False, "actor (adapters off)" if lora else "reference"))
     if critic:
         budget = cfg.critic.max_tokens_per_micro_batch or a.max_tokens_per_micro_batch
         phases.append(forward_pass("values", budget, False, False, "critic"))
         phases.append(training_pass("critic_update", budget, shape.critic_parameter_count(), "critic", False, False,
-                                    False))
+                                    False, shape.layer_parameters()))
     own_old = not old_pass
-    phases.append(training_pass("update", a.max_tokens_per_micro_batch, P, "actor", True,
-                                own_old or cfg.algorithm.entropy_coef != 0, a.compile))
+    lora_saved = shape.lora_activation_delta_per_token_layer(a.lora.rank, a.lora.target_modules, dt) if lora else 0.0
+    phases.append(training_pass("update", a.max_tokens_per_micro_batch, trained, f"actor{adapters}", True,
+                                own_old or cfg.algorithm.entropy_coef != 0, a.compile, trained_layer, lora_saved))
     largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
     bucket = cfg.rollout.weight_sync_bucket_mb * 2**20
     if engine:
         sync = {**resident("weight_sync"), **awake()}
-        sync["weight sync bucket + largest full parameter"] = bucket + largest
+        if lora and not a.lora.merge_for_rollout:  # workers/lora_sync.py: the adapter alone, gathered at once
+            sync["LoRA adapter (gathered, fp32)"] = 4 * Pa
+        elif lora:  # models/lora.merged_tensors: W, B A and W + B A in fp32, then the merged copy in dt
+            h, i, V = shape.hidden_size, shape.intermediate_size, shape.vocab_size
+            sync["weight sync bucket + largest parameter merged (fp32)"] = bucket + max(V * h * (4 + dt),
+                                                                                        h * i * (12 + dt))
+        else:
+            sync["weight sync bucket + largest full parameter"] = bucket + largest
         phases.append(PhasePlan("weight_sync", sync, overhead, dev))
     elif cfg.trainer.mode == "async":  # rank 0 broadcasts to the rollout workers (workers/weight_transfer.py)
         send = resident("weight_send")

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 """``config.json`` fields without which there is no plan (the others have defaults)."""
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear projections of a Llama-family decoder layer: LoRA's default targets (``actor.lora.target_modules``
+empty adapts every one)."""
 
 
 @dataclass(frozen=True)
@@ -96,3 +99,34 @@ class ModelShape:
         h, kv, i = self.hidden_size, self.kv_width, self.intermediate_size
         return 8 * h + (12 * h + 5 * kv + 8 * i) * dt / 2 + 4 * self.num_heads
 
+
+    def projection_dims(self) -> Dict[str, Tuple[int, int]]:
+        """(in, out) features of each of a layer's linear projections (``PROJECTIONS``)."""
+        h, q, kv, i = self.hidden_size, self.num_heads * self.head_dim, self.kv_width, self.intermediate_size
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i),
+                "up_proj": (h, i), "down_proj": (i, h)}
+
+    def lora_targets(self, target_modules: Sequence[str]) -> Tuple[str, ...]:
+        """The projections LoRA adapts (empty: all of them, as ``models.lora.resolve_target_modules`` does);
+        ValueError naming a module the plan does not know."""
+        unknown = [n for n in target_modules if n not in PROJECTIONS]
+        if unknown:
+            raise ValueError(f"actor.lora.target_modules: the memory plan knows {', '.join(PROJECTIONS)}, not "
+                             f"{', '.join(unknown)}")
+        return tuple(target_modules) or PROJECTIONS
+
+    def lora_layer_parameters(self, rank: int, target_modules: Sequence[str]) -> int:
+        """One layer's LoRA adapters: r (in + out) per adapted projection (A is r x in, B is out x r)."""
+        dims = self.projection_dims()
+        return sum(rank * sum(dims[n]) for n in self.lora_targets(target_modules))
+
+    def lora_parameters(self, rank: int, target_modules: Sequence[str]) -> int:
+        """Pa, every adapter of the model: L x ``lora_layer_parameters``."""
+        return self.num_layers * self.lora_layer_parameters(rank, target_modules)
+
+    def lora_activation_delta_per_token_layer(self, rank: int, target_modules: Sequence[str], dt: int) -> float:
+        """How LoRA changes a layer's saved activations per token (``activation_bytes_per_token_layer``): B's input,
+        A x (r in dt), is saved per adapted projection; the two RMSNorms' normalised inputs (2 h dt), saved only for
+        the norms' own weight gradients, are not (LoRA freezes the norms). A's input is the projection's input, which
+        the layer saves anyway (peft's dropout 0 is the identity). Counted with peft in tests/test_memory_plan.py."""
+        return len(self.lora_targets(target_modules)) * rank * dt - 2 * self.hidden_size * dt

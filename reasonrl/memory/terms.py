@@ -64,12 +64,14 @@ def head_backward_bytes(shape: ModelShape, response_tokens: int) -> float:
     return max(1.5 * chunk + 4 * vh, 0.5 * chunk + 10 * vh)
 
 
-def activation_bytes(cfg: Any, shape: ModelShape, tokens: int, dt: int, compiled: bool) -> float:
+def activation_bytes(cfg: Any, shape: ModelShape, tokens: int, dt: int, compiled: bool,
+                     extra_per_token_layer: float = 0.0) -> float:
     """Saved activations of a micro-batch of N tokens for the backward. Without gradient checkpointing
-    N x L x the per-layer bytes (``ModelShape.activation_bytes_per_token_layer``), x 0.71 with ``actor.compile``
-    (``COMPILE_ACTIVATION_RATIO``); with ``model.gradient_checkpointing`` each layer keeps only its input (N h dt
-    per layer) and one layer's activations exist again while it is recomputed."""
-    per_layer = tokens * shape.activation_bytes_per_token_layer(dt)
+    N x L x the per-layer bytes (``ModelShape.activation_bytes_per_token_layer`` + ``extra_per_token_layer``:
+    LoRA's), x 0.71 with ``actor.compile`` (``COMPILE_ACTIVATION_RATIO``); with ``model.gradient_checkpointing``
+    each layer keeps only its input (N h dt per layer) and one layer's activations exist again while it is
+    recomputed."""
+    per_layer = tokens * (shape.activation_bytes_per_token_layer(dt) + extra_per_token_layer)
     if cfg.model.gradient_checkpointing:
         return shape.num_layers * tokens * shape.hidden_size * dt + per_layer
     return shape.num_layers * per_layer * (COMPILE_ACTIVATION_RATIO if compiled else 1.0)
