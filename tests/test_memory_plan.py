@@ -221,6 +221,8 @@ def test_lora_terms_by_hand():
     assert update["FSDP layers in flight (2 x dt gathered, 2 x fp32 reduced)"] == 2368 + 2048
     # 32 tokens x 2 layers x (316 + 7 projections x r 2 x 2 bytes - the frozen norms' inputs 2 x h 8 x 2 bytes)
     assert update["activations (32 tokens)"] == 32 * 2 * (316 + 28 - 32)
+    # the head is frozen: its backward is 1.5 chunks (3072), below the forward with entropy (3 x 2048)
+    assert update["log-prob head (chunk of logits)"] == 6144
     assert plan.phase("weight_sync").terms["LoRA adapter (gathered, fp32)"] == 4 * 512
     merged = plan_memory(config(*base, "actor.lora.merge_for_rollout=true"), TINY, 1 << 20, Placement(world_size=2))
     # bucket + max(embedding fp32 + bf16 copy 32 x 8 x 6 = 1536, gate: W, B A, sum in fp32 + bf16 8 x 16 x 14 = 1792)
@@ -277,14 +279,22 @@ STEP_PHASES = {"rollout": "rollout", "log_probs": "old_log_probs", "reference": 
                "update": "update_actor", "weight_sync": "weight_sync"}
 
 
+# Qwen/Qwen2.5-7B-Instruct's numbers (benchmarks/bench_model.py's SHAPES): untied embeddings.
+QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+               tie_word_embeddings=False)
+
+
 @pytest.mark.parametrize("name", ["gpu_step_1p5b_n1", "gpu_step_1p5b_n1_shared", "gpu_step_1p5b_n2",
-                                  "gpu_grpo_step"])
+                                  "gpu_grpo_step", "s9_full", "s9_lora16", "s9_7b_lora16"])
 def test_plan_within_15_percent_of_the_recorded_step(name):
+    """s9_*: the ninth session's H200 runs, full fine-tuning and LoRA rank 16 (1.5B; 7B with checkpointing)."""
     run = json.loads((RESULTS / f"{name}.json").read_text())
     args = run["args"]
     recorded = run["mean"]["peak_allocated_gib"]
     old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
-    plan = plan_memory(_step_config(args), QWEN_1P5B, H200_BYTES,
+    shape = QWEN_7B if args.get("shape") == "qwen2.5-7b" else QWEN_1P5B
+    plan = plan_memory(_step_config(args), shape, H200_BYTES,
                        Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
     # The allocator's peak counts vLLM's sleep-mode pool while it is unmapped (the JSON's note): in the update the

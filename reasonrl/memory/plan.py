@@ -128,8 +128,8 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     LoRA (``actor.lora.rank`` > 0; Pa adapter parameters, ``ModelShape.lora_parameters``): the actor's shards hold
     the frozen base and the adapters (4(P + Pa)/W); AdamW moments and gradients exist for the adapters only (8Pa/W,
     4Pa/W); there is no reference copy (the reference pass is the actor with its adapters off); the saved
-    activations gain A x per adapted projection and lose the frozen norms' inputs; FSDP reduces only the adapters'
-    gradients. An adapter-only sync
+    activations gain A x per adapted projection and lose the frozen norms' inputs; the frozen head's backward keeps
+    no weight gradient; FSDP reduces only the adapters' gradients. An adapter-only sync
     gathers every adapter tensor in fp32 at once (4Pa, no bucket); a merged sync holds the bucket and, at the largest
     adapted projection, its fp32 weight, B A, their sum and the merged copy in dt."""
     from reasonrl.config.token_budget import auto_budget_keys
@@ -207,7 +207,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
              f"activations ({tokens} tokens{', checkpointed' if cfg.model.gradient_checkpointing else ''})":
                  activation_bytes(cfg, shape, tokens, dt, compiled, extra_per_token_layer)}
         if head:
-            t["log-prob head (chunk of logits)"] = max(head_backward_bytes(shape, resp),
+            t["log-prob head (chunk of logits)"] = max(head_backward_bytes(shape, resp, frozen_head=lora),
                                                        head_forward_bytes(shape, resp, entropy))
         if packed_mask_bytes(cfg, tokens):
             t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)

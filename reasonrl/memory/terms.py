@@ -56,11 +56,14 @@ def head_forward_bytes(shape: ModelShape, response_tokens: int, with_entropy: bo
     return (3 if with_entropy else 2) * head_chunk_bytes(shape, response_tokens)
 
 
-def head_backward_bytes(shape: ModelShape, response_tokens: int) -> float:
+def head_backward_bytes(shape: ModelShape, response_tokens: int, frozen_head: bool = False) -> float:
     """The fused head's backward peak: the float32 weight-gradient accumulator (4 V h) is alive throughout; per chunk
     either the bf16 logits and float32 probabilities (1.5 chunks) or, at the weight-gradient matmul, its bf16 result
-    and float32 copy (6 V h) beside the bf16 gradient of the logits (0.5 chunk)."""
+    and float32 copy (6 V h) beside the bf16 gradient of the logits (0.5 chunk). ``frozen_head`` (LoRA: the head
+    takes no gradient): the 1.5 chunks alone."""
     chunk, vh = head_chunk_bytes(shape, response_tokens), shape.vocab_size * shape.hidden_size
+    if frozen_head:
+        return 1.5 * chunk
     return max(1.5 * chunk + 4 * vh, 0.5 * chunk + 10 * vh)
 
 
