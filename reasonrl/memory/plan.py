@@ -129,9 +129,10 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     the frozen base and the adapters (4(P + Pa)/W); AdamW moments and gradients exist for the adapters only (8Pa/W,
     4Pa/W); there is no reference copy (the reference pass is the actor with its adapters off); the saved
     activations gain A x per adapted projection and lose the frozen norms' inputs; the frozen head's backward keeps
-    no weight gradient; FSDP reduces only the adapters' gradients. An adapter-only sync
-    gathers every adapter tensor in fp32 at once (4Pa, no bucket); a merged sync holds the bucket and, at the largest
-    adapted projection, its fp32 weight, B A, their sum and the merged copy in dt."""
+    no weight gradient; FSDP reduces only the adapters' gradients. An adapter-only sync gathers every adapter tensor
+    in fp32 at once (4Pa, no bucket); a merged sync holds the bucket and, at the largest adapted projection, its fp32
+    weight, B A, their sum and the merged copy in dt. Host memory (offloaded shards, a sleeping engine's weights) is
+    not planned."""
     from reasonrl.config.token_budget import auto_budget_keys
 
     unresolved = auto_budget_keys(cfg)

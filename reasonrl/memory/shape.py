@@ -99,7 +99,6 @@ class ModelShape:
         h, kv, i = self.hidden_size, self.kv_width, self.intermediate_size
         return 8 * h + (12 * h + 5 * kv + 8 * i) * dt / 2 + 4 * self.num_heads
 
-
     def projection_dims(self) -> Dict[str, Tuple[int, int]]:
         """(in, out) features of each of a layer's linear projections (``PROJECTIONS``)."""
         h, q, kv, i = self.hidden_size, self.num_heads * self.head_dim, self.kv_width, self.intermediate_size
