@@ -265,19 +265,25 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
 
 
 def after_steps(trainer, args, result: Dict[str, Any], on_gpu: bool, wall_start: float) -> None:
-    """The in-process vLLM anchor, a profile of one micro-batch and the correctness checks (vLLM only)."""
+    """The in-process vLLM anchor and a profile of one micro-batch (``--anchor``), then the correctness checks
+    (vLLM only)."""
     group = trainer.workers
     sample = group.last_sample  # the first response of the last step (step_probes.MemoryProbedGroup)
     if args.engine != "vllm":
         result["checks"] = {"skipped": "the anchor and the weight-sync checks need the vLLM engine"}
         return
-    vocab = int(SHAPES[args.shape]["vocab_size"])
+    if args.anchor:
+        anchor_and_profile(trainer, args, result, wall_start)
+    result["checks"] = weight_sync_checks(group, sample[0], sample[1][:args.check_tokens], on_gpu)
+    print(f"checks: {json.dumps(result['checks'])}", flush=True)
+
+
+def anchor_and_profile(trainer, args, result: Dict[str, Any], wall_start: float) -> None:
+    """The same engine's bare ``LLM.generate`` on the step's prompts, and a profile of one micro-batch when the
+    deadline leaves room."""
     from reasonrl.data import Batch
 
-    if not args.anchor:
-        result["checks"] = weight_sync_checks(group, sample[0], sample[1][:args.check_tokens], on_gpu)
-        print(f"checks: {json.dumps(result['checks'])}", flush=True)
-        return
+    group = trainer.workers
     prompts = [p.token_ids for p in trainer.train_data.prompts]  # the step's own prompts
     parts = group.bench_raw_generate(Batch(meta={"prompt_ids": prompts}), args.n, args.response_len)
     seconds, tokens = max(parts["seconds"]), sum(parts["tokens"])  # the engines run side by side
@@ -288,6 +294,7 @@ def after_steps(trainer, args, result: Dict[str, Any], on_gpu: bool, wall_start:
     print(f"bare vLLM generate on the same engine: {raw}", flush=True)
     write(args.out, result)
     if time.perf_counter() - wall_start + 30 < args.deadline_s:  # what bounds the update
+        vocab = int(SHAPES[args.shape]["vocab_size"])
         prof = group.bench_profile(min(args.micro_batch, args.prompts * args.n), args.prompt_len, args.response_len,
                                    vocab)
         result["profile"] = prof
@@ -295,8 +302,6 @@ def after_steps(trainer, args, result: Dict[str, Any], on_gpu: bool, wall_start:
             print(f"profile {name} ({prof[name]['seconds']:.2f} s for {prof['tokens']} tokens):\n"
                   + prof[name]["top_ops"][:3000], flush=True)
         write(args.out, result)
-    result["checks"] = weight_sync_checks(group, sample[0], sample[1][:args.check_tokens], on_gpu)
-    print(f"checks: {json.dumps(result['checks'])}", flush=True)
 
 
 def weight_sync_checks(group, prompt_ids: List[int], response_ids: List[int], on_gpu: bool) -> Dict[str, Any]:

@@ -67,24 +67,35 @@ def test_parameter_count_equals_the_real_smollm2(model_path):
 # ------------------------------------------------------------------ the activation rule on a real layer
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_activation_rule_matches_a_real_layers_saved_tensors(model_type):
-    """The bytes a real transformers decoder layer (bf16, sdpa, training) saves for backward, per token, counted with
-    saved-tensor hooks (each storage once; parameters, the layer's input and the rotary cos/sin left out)."""
+LAYER_SHAPE = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=1, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=64, tie_word_embeddings=True)
+"""The one-layer model whose saved tensors the activation rule is checked against."""
+
+
+def _saved_bytes_per_token(model_type: str, lora_rank: int = 0) -> float:
+    """The bytes one real transformers decoder layer of ``LAYER_SHAPE`` (bf16, sdpa, training) saves for backward,
+    per token, counted with saved-tensor hooks (each storage once; parameters, the layer's input and the rotary
+    cos/sin left out). ``lora_rank`` > 0: peft LoRA adapters on every projection (dropout 0), computing in bf16 as
+    the actor's FSDP2 mixed-precision unshard casts them (peft alone keeps them in fp32)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    shape_dict = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=64, tie_word_embeddings=True)
-    cfg = AutoConfig.for_model(model_type, **shape_dict)
+    cfg = AutoConfig.for_model(model_type, **LAYER_SHAPE)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).train()
-    layer = model.model.layers[0]
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    if lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=16, lora_dropout=0.0, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])).to(torch.bfloat16)
+    model.train()
+    decoder = model.base_model.model.model if lora_rank else model.model
+    layer = decoder.layers[0]
     batch, seq = 2, 64
     x = torch.randn(batch, seq, 256, dtype=torch.bfloat16, requires_grad=True)
     pos = torch.arange(seq)[None].expand(batch, seq)
-    cos_sin = model.model.rotary_emb(x, pos)
+    cos_sin = decoder.rotary_emb(x, pos)
     saved = {}
 
     def pack(t):
@@ -94,50 +105,25 @@ def test_activation_rule_matches_a_real_layers_saved_tensors(model_type):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         layer(x, attention_mask=None, position_ids=pos, position_embeddings=cos_sin)
     skip = {t.untyped_storage().data_ptr() for t in [*layer.parameters(), *cos_sin, x]}
-    measured = sum(v for k, v in saved.items() if k not in skip) / (batch * seq)
-    predicted = ModelShape.from_config_json({"model_type": model_type, **shape_dict,
-                                             "num_hidden_layers": 1}).activation_bytes_per_token_layer(2)
-    assert measured == pytest.approx(predicted, rel=0.03)
+    return sum(v for k, v in saved.items() if k not in skip) / (batch * seq)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_activation_rule_matches_a_real_layers_saved_tensors(model_type):
+    """A real layer's saved bytes per token (``_saved_bytes_per_token``) against the plan's per-layer rule."""
+    predicted = ModelShape.from_config_json({"model_type": model_type, **LAYER_SHAPE}
+                                            ).activation_bytes_per_token_layer(2)
+    assert _saved_bytes_per_token(model_type) == pytest.approx(predicted, rel=0.03)
 
 
 def test_lora_activation_rule_matches_a_real_peft_layers_saved_tensors():
-    """With peft LoRA adapters (rank 8, every projection, dropout 0) computing in bf16, as the actor's FSDP2
-    mixed-precision unshard casts them, the layer saves what it saves without them plus A x per projection,
-    less the two norms' normalised inputs (``lora_activation_delta_per_token_layer``), counted with saved-tensor
-    hooks as above."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    shape_dict = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=64, tie_word_embeddings=True)
-    cfg = AutoConfig.for_model("llama", **shape_dict)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=[
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    model = model.to(torch.bfloat16).train()  # peft keeps adapters in fp32; FSDP2's param_dtype computes in bf16
-    inner = model.base_model.model.model
-    layer = inner.layers[0]
-    batch, seq = 2, 64
-    x = torch.randn(batch, seq, 256, dtype=torch.bfloat16, requires_grad=True)
-    pos = torch.arange(seq)[None].expand(batch, seq)
-    cos_sin = inner.rotary_emb(x, pos)
-    saved = {}
-
-    def pack(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(x, attention_mask=None, position_ids=pos, position_embeddings=cos_sin)
-    skip = {t.untyped_storage().data_ptr() for t in [*layer.parameters(), *cos_sin, x]}
-    measured = sum(v for k, v in saved.items() if k not in skip) / (batch * seq)
-    shape = ModelShape.from_config_json({"model_type": "llama", **shape_dict})
+    """With peft LoRA adapters (rank 8, every projection) the layer saves what it saves without them plus A x per
+    projection, less the two norms' normalised inputs (``lora_activation_delta_per_token_layer``)."""
+    shape = ModelShape.from_config_json({"model_type": "llama", **LAYER_SHAPE})
     lora = shape.lora_activation_delta_per_token_layer(8, [], 2)
     assert lora == 7 * 8 * 2 - 2 * 256 * 2  # a bf16 A x of width r per projection; the frozen norms save no input
-    assert measured == pytest.approx(shape.activation_bytes_per_token_layer(2) + lora, rel=0.03)
+    assert _saved_bytes_per_token("llama", lora_rank=8) == pytest.approx(
+        shape.activation_bytes_per_token_layer(2) + lora, rel=0.03)
 
 
 # ------------------------------------------------------------------ terms by hand
