@@ -219,6 +219,7 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     cfg, _ = load_config(config_overrides(args, model_dir, data_file, tmp / "run", on_gpu), cuda_available=on_gpu)
     plan = benchmark_plan(cfg, args)
     result["old_log_prob_pass"] = plan.passes.old_log_probs
+    result["engine_sleep_level"] = plan.engine_sleep_level
     backend = make_backend(args, on_gpu)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, plan, backend)
@@ -320,6 +321,7 @@ def weight_sync_checks(group, prompt_ids: List[int], response_ids: List[int], on
         asleep = group.bench_memory()[0]["device_used_gib"]
         group.bench_wake()
         awake = group.bench_memory()[0]["device_used_gib"]
+        group.sync_weights()  # a level-2 sleep discarded the engine's weights: refill them (harmless at level 1)
         checks["memory"] = {"device_used_awake_gib": before, "device_used_asleep_gib": asleep,
                             "device_used_after_wake_gib": awake, "freed_by_sleep_gib": before - asleep}
         checks["memory_returns_after_sleep"] = before - asleep > 1.0

@@ -252,3 +252,58 @@ def test_trainer_logs_the_slowest_rank_and_only_with_offload_on():
     for key in ("actor.offload_params", "actor.offload_optimizer", "ref.offload_params", "critic.offload_params",
                 "critic.offload_optimizer"):
         assert offload_enabled(load_config([f"{key}=true"])[0]), key
+
+
+# ------------------------------------------------------------------ the exactly sized host arena
+
+def test_host_arena_hands_out_aligned_disjoint_views_and_reuses_them():
+    from reasonrl.workers.host_memory import ALIGN, HostArena, storage_bytes
+
+    assert storage_bytes((2, 3), (1, 2), torch.float32) == 24  # elements 0..1 + 2 x 2 = 6, 4 bytes each
+    assert storage_bytes((0, 5), (5, 1), torch.float32) == 0
+    arena = HostArena("test")
+    assert arena.take((4,), (1,), torch.float32) is None and arena.misses == 1  # nothing reserved yet
+    arena.begin(3 * ALIGN)
+    a = arena.take((100,), (1,), torch.float32)  # 400 bytes: one aligned slot
+    b = arena.take((2, 3), (1, 2), torch.bfloat16)  # a strided view
+    c = arena.take((128,), (1,), torch.float32)  # 512 bytes: exactly one slot
+    assert arena.used == 3 * ALIGN and arena.capacity == 3 * ALIGN and not arena.pinned  # no CUDA here
+    assert arena.take((1,), (1,), torch.float32) is None and arena.misses == 2  # full
+    assert b.dtype == torch.bfloat16 and b.shape == (2, 3) and b.stride() == (1, 2)
+    starts = [t.data_ptr() for t in (a, b, c)]
+    assert [s - starts[0] for s in starts] == [0, ALIGN, 2 * ALIGN]
+    a.fill_(1.0), b.fill_(2.0), c.fill_(3.0)  # disjoint: each keeps its own values
+    assert torch.all(a == 1.0) and torch.all(b == 2.0) and torch.all(c == 3.0)
+    arena.begin(2 * ALIGN)  # a smaller need reuses the same memory from its start
+    assert arena.take((8,), (1,), torch.float32).data_ptr() == starts[0] and arena.capacity == 3 * ALIGN
+    arena.begin(4 * ALIGN)  # a larger one replaces the buffer; the old views keep their memory
+    assert arena.capacity == 4 * ALIGN and torch.all(c == 3.0)
+
+
+def test_offload_into_an_arena_reaches_every_tensor_exactly_sized_and_training_continues_identically(mesh):
+    from reasonrl.workers.host_memory import HostArena
+
+    moved, opt_moved = tiny_model(mesh)
+    ref, opt_ref = tiny_model(mesh)
+    for model, opt in ((moved, opt_moved), (ref, opt_ref)):
+        train_step(model, opt)
+        model(IDS, labels=IDS).loss.backward()  # gradients present at the move
+    params, optim = HostArena("params"), HostArena("optim")
+    move_fsdp_model(moved, "cpu", always_copy=True, arena=params)
+    move_optimizer(opt_moved, "cpu", always_copy=True, arena=optim)
+    # By hand, float32, each tensor rounded up to 512 bytes: the tied 64 x 32 embedding 8192; per layer q and o
+    # (32 x 32) 4096 each, k and v (16 x 32) 2048 each, gate/up/down (64 x 32) 8192 each, two norms 512 each = 37888;
+    # the final norm 512. Parameters 8192 + 2 x 37888 + 512 = 84480, their gradients as many, and the two rotary
+    # buffers (4 floats each) 512 each. The tied weight is reached twice (embedding and head) but copied once.
+    assert params.capacity == params.used == 2 * 84480 + 2 * 512 and params.misses == 0
+    # AdamW: exp_avg and exp_avg_sq as large as the parameters, and a 0-dim step for each of the 20 parameters.
+    assert optim.capacity == optim.used == 2 * 84480 + 20 * 512 and optim.misses == 0
+    for arena, tensors in ((params, [*moved.parameters(), *(p.grad for p in moved.parameters()), *moved.buffers()]),
+                           (optim, [v for s in opt_moved.state.values() for v in s.values()])):
+        base = arena._buffer.data_ptr()
+        for t in tensors:
+            assert base <= local(t).data_ptr() < base + arena.capacity
+    for model, opt in ((moved, opt_moved), (ref, opt_ref)):
+        opt.step()
+        train_step(model, opt)
+    assert_same_params(moved, ref)

@@ -29,6 +29,10 @@ def combination_problems(cfg) -> List[Problem]:
     if cfg.actor.lora.rank > 0 and r.tensor_parallel_size > 1 and not cfg.actor.lora.merge_for_rollout:
         out.append(("actor.lora.merge_for_rollout", "must be true with rollout.tensor_parallel_size > 1 (adapter-only "
                                                     "sync into a sharded engine is not wired)"))
+    if r.sleep_level == 2 and cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout:
+        out.append(("rollout.sleep_level", "2 discards the engine's weights while it sleeps, and an adapter-only LoRA "
+                                           "sync never sends the base weights back: use 1 (or 0, auto), or "
+                                           "actor.lora.merge_for_rollout=true"))
     e = cfg.env
     if e.placement == "ray" and not cfg.tool.enabled:
         out.append(("env.placement", "ray needs tool.enabled=true: without the multi-turn loop no environment runs"))

@@ -147,6 +147,8 @@ def validate(cfg: Config) -> None:
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
+    need(cfg.rollout.sleep_level in (0, 1, 2), "rollout.sleep_level", "must be 0 (auto), 1 or 2")
+    need(cfg.ref.param_dtype in ("auto", "float32"), "ref.param_dtype", "must be auto or float32")
     check_env_config(cfg, need)
     from .combinations import combination_problems  # the rules between features (the RunPlan runs them too)
 

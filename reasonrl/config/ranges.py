@@ -18,7 +18,7 @@ FIELD_RANGES: Dict[str, str] = {
     "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",
     "actor.micro_batch_size_per_worker": "[1, inf)",
     # *.max_tokens_per_micro_batch (an int >= 0 or "auto") are checked by config/token_budget.py
-    "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)",
+    "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)", "rollout.sleep_level": "[0, 2]",
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
     "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",
     "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",

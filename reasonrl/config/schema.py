@@ -101,6 +101,11 @@ class RolloutConfig:
     """vLLM on CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
     free_cache_engine: bool = True
     """vLLM on GPU: sleep (free weights and KV cache) while the actor trains."""
+    sleep_level: int = 0
+    """vLLM on GPU, with ``free_cache_engine``: what sleep does with the engine's weights. 1: copies them to host
+    memory and back at wake-up; 2: discards them (no host copy: the next sync refills every weight); 0 (auto): 2
+    when every sync sends all the weights (full fine-tuning, or LoRA with ``actor.lora.merge_for_rollout``), 1
+    for an adapter-only sync, which never sends the base weights (2 is refused there)."""
     weight_sync_bucket_mb: int = 256
     """Weight sync streams parameters in buckets of at most this many MiB."""
     check_weight_sync: bool = False
@@ -183,6 +188,10 @@ class RefConfig:
     offload_params: bool = False
     """Keep the reference model's FSDP shards in CPU memory (pinned) except while it computes ref log-probs
     (``timing_s/offload_ref``, ``timing_s/onload_ref``); no effect on a CPU worker."""
+    param_dtype: str = "auto"
+    """The dtype the reference's shards are stored in: auto (the compute dtype, ``model.dtype``: bfloat16 on GPU,
+    so the frozen reference takes half the memory of fp32 shards, on the device or offloaded, and computes exactly
+    the log-probs fp32 shards cast to bf16 would) or float32 (as the actor's shards)."""
     max_tokens_per_micro_batch: Union[int, str] = 0
     """Token budget per micro-batch of the reference log-prob pass (see ``actor.max_tokens_per_micro_batch``);
     0: the actor's setting; ``auto``: the largest the memory plan says fits."""

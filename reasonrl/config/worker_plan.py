@@ -18,9 +18,25 @@ class WorkerPlan:
     """The actor worker holds the rollout engine (colocated); False in async mode, where rollout workers generate."""
     tools: bool
     """Rollouts run the multi-turn tool loop around the engine (``RunPlan.generator == "tools"``)."""
+    engine_sleep_level: int = 1
+    """What the colocated vLLM engine's sleep does with its weights (``engine_sleep_level``)."""
 
     @classmethod
     def from_config(cls, cfg, world_size: int) -> "WorkerPlan":
         """The plan of a worker that stands alone (``RunPlan.build`` decides these facts the same way)."""
         return cls(batch=BatchPlan.from_config(cfg, world_size), hosts_engine=cfg.trainer.mode != "async",
-                   tools=cfg.tool.enabled)
+                   tools=cfg.tool.enabled, engine_sleep_level=engine_sleep_level(cfg))
+
+
+def engine_sleep_level(cfg) -> int:
+    """``rollout.sleep_level`` resolved: 1 (a host copy of the weights) when a sync sends only the LoRA adapter, else
+    2 (the weights are discarded: every sync refills all of them, so a host copy would only cost host memory and
+    two copies per step); an explicit 1 or 2 as set (``combinations`` refuses 2 with an adapter-only sync)."""
+    if cfg.rollout.sleep_level:
+        return cfg.rollout.sleep_level
+    return 1 if adapter_only_sync(cfg) else 2
+
+
+def adapter_only_sync(cfg) -> bool:
+    """Whether weight syncs send the LoRA adapter alone (``actor.lora.rank`` > 0 and not ``merge_for_rollout``)."""
+    return cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout

@@ -73,8 +73,10 @@ class VLLMRolloutEngine:
                  sleep_level: int = 1, lora_rank: int = 0):
         """Start the engine (seeded with ``cfg.seed``: per-request seeds crash vLLM on CPU when n > 1).
 
-        ``sleep_level`` (GPU only): 1 keeps a CPU copy of the weights while asleep; 2 discards them, which is
-        cheaper but requires a full ``update_weights`` between ``wake_up(["weights"])`` and the next rollout.
+        ``sleep_level`` (GPU only): 1 keeps a CPU copy of the weights while asleep; 2 discards them (vLLM keeps
+        the buffers, e.g. the rotary tables), which costs no host memory and no copies but requires a full
+        ``update_weights`` between ``wake_up(["weights"])`` and the next rollout: until one arrives the engine
+        refuses to generate.
         ``lora_rank`` > 0: the engine serves a LoRA adapter of that rank (``load_adapter``).
         """
         from vllm import LLM
@@ -86,7 +88,10 @@ class VLLMRolloutEngine:
         # vLLM on CPU has no sleep mode (its CPU worker ignores sleep/wake_up): the engine keeps weights and
         # KV cache in host memory for the whole run.
         self.supports_sleep = (not self.on_cpu) and cfg.free_cache_engine
+        if sleep_level not in (1, 2):
+            raise ValueError(f"sleep_level must be 1 or 2, got {sleep_level!r}")
         self.sleep_level = sleep_level
+        self._weights_discarded = False  # slept at level 2 and no update_weights since: the weights are garbage
         self._asleep: set = set()  # of SLEEP_PARTS: what sleep() released and wake_up() has not (asleep_parts)
         self._reload_open = False
         self._reload_names: set = set()  # HF names loaded in the open CPU reload session
@@ -185,6 +190,7 @@ class VLLMRolloutEngine:
             return
         if "weights" in self._asleep:
             raise RuntimeError("update_weights while the weights are asleep: call wake_up(['weights']) first")
+        self._weights_discarded = False
         if self.on_cpu:
             names = {name for name, _ in weights}
             if len(names) < len(weights):
@@ -247,6 +253,9 @@ class VLLMRolloutEngine:
     def _ready_for_use(self) -> None:
         if self._asleep:
             raise RuntimeError(f"the vLLM engine is asleep ({sorted(self._asleep)}): call wake_up() first")
+        if self._weights_discarded:
+            raise RuntimeError("the vLLM engine slept at level 2 (rollout.sleep_level), which discards its weights, "
+                               "and no weight sync has refilled them since: sync the weights before generating")
         self.finish_weight_update()
 
     # ------------------------------------------------------------------ memory phases
@@ -264,6 +273,7 @@ class VLLMRolloutEngine:
         self.finish_weight_update()
         self.llm.sleep(level=self.sleep_level)
         self._asleep = set(SLEEP_PARTS)
+        self._weights_discarded = self.sleep_level == 2
 
     def wake_up(self, tags: Optional[List[str]] = None) -> None:
         """GPU: re-allocate what ``sleep`` freed; ``tags=["weights"]`` then ``["kv_cache"]`` lets the caller

@@ -37,7 +37,7 @@ from .distributed import start_rank
 from .engine_host import EngineHost, make_engine
 from .fsdp import full_state_dict, iter_full_params, load_full_state_dict
 from .lora_sync import LoraSync
-from .policy import Policy, load_sharded_lm, mb_log_probs
+from .policy import Policy, load_sharded_lm, mb_log_probs, reference_param_dtype
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ class ActorRolloutRefWorker:
                 self.ref_policy = Policy.reference(actor_model, self.cfg, self.batch_plan, self.device, world_size,
                                                    shared_offload=self.policy.offload)
             else:
-                ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False)
+                ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False,
+                                            param_dtype=reference_param_dtype(self.cfg, self.compute_dtype))
                 self.ref_policy = Policy.reference(ref_model, self.cfg, self.batch_plan, self.device, world_size)
         self.actor_offload.offload()  # before the engine starts: it sizes its KV cache by the free memory
         self.ref_offload.offload()
@@ -78,7 +79,8 @@ class ActorRolloutRefWorker:
         self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
         if self.plan.hosts_engine:
             started = time.perf_counter()
-            engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device)
+            engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device,
+                                 self.plan.engine_sleep_level)
             self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=self.plan.tools,
                                    start_seconds=time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer

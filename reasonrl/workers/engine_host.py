@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from reasonrl.config.worker_plan import adapter_only_sync
 from reasonrl.data.batch import Batch
 from reasonrl.rollout import SLEEP_PARTS, SamplingParams
 from reasonrl.rollout.multiturn import ToolRollout, tool_meta
@@ -73,19 +74,15 @@ def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Di
         yield completions_to_batch(part, out, start, with_tools)
 
 
-def adapter_only_sync(cfg) -> bool:
-    """Whether weight syncs send the LoRA adapter alone (``actor.lora.rank`` > 0 and not ``merge_for_rollout``)."""
-    return cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout
-
-
-def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str):
+def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str, sleep_level: int = 1):
     """The worker's rollout engine (``rollout.engine``); a vLLM engine that will take adapter-only syncs starts with
-    LoRA enabled at the adapter's rank."""
+    LoRA enabled at the adapter's rank. ``sleep_level``: the plan's ``engine_sleep_level`` (vLLM on GPU)."""
     from reasonrl.rollout import make_rollout_engine
 
     max_len = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
     return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len,
-                               lora_rank=cfg.actor.lora.rank if adapter_only_sync(cfg) else 0)
+                               lora_rank=cfg.actor.lora.rank if adapter_only_sync(cfg) else 0,
+                               sleep_level=sleep_level)
 
 
 class EngineHost:

@@ -15,6 +15,8 @@ from torch.distributed.tensor import DTensor
 
 from reasonrl.models.loader import decoder_layers  # noqa: F401  (re-exported: FSDP2 shards these blocks)
 
+from .host_memory import HostArena, aligned, storage_bytes
+
 
 def compile_decoder_layers(model) -> int:
     """Regional ``torch.compile``: compile each decoder layer in place (``Module.compile``, so parameter names and
@@ -29,7 +31,8 @@ def compile_decoder_layers(model) -> int:
 
 
 def shard_model(model, mesh, device: str, compute_dtype: torch.dtype) -> None:
-    """``fully_shard`` every decoder layer, then the root; parameters stay fp32, compute in ``compute_dtype``."""
+    """``fully_shard`` every decoder layer, then the root; parameters keep their dtype (fp32 for a trained model, the
+    compute dtype for a bf16 reference), compute in ``compute_dtype``."""
     model.to(device)
     kwargs = {"mesh": mesh}
     if compute_dtype != torch.float32:
@@ -96,13 +99,16 @@ def _empty_cache(devices) -> None:
             torch.get_device_module(device.type).empty_cache()
 
 
-def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_copy: bool) -> torch.Tensor:
+def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_copy: bool,
+           arena: Optional[HostArena] = None) -> torch.Tensor:
     """``tensor`` on ``device`` with the same dtype, shape and strides (a DTensor keeps its mesh and placements:
     only its local shard moves). The same object when it is already there, unless ``always_copy``. A copy from an
-    accelerator to the CPU lands in pinned memory when ``pin_memory``, so that the way back can be asynchronous."""
+    accelerator to the CPU lands in pinned memory when ``pin_memory``, so that the way back can be asynchronous: in
+    ``arena`` (exactly sized, ``host_memory.HostArena``) where given and it has room, else torch's pinned allocator.
+    With ``arena`` a copy to the CPU from the CPU (``always_copy``) lands in the arena too (the tests see it)."""
     if isinstance(tensor, DTensor):
         local = tensor.to_local()
-        out = _moved(local, device, pin_memory, always_copy)
+        out = _moved(local, device, pin_memory, always_copy, arena)
         if out is local:
             return tensor
         # Not DTensor.from_local: it moves a local tensor to the mesh's device type (a CUDA mesh would pull the
@@ -110,6 +116,12 @@ def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_
         return DTensor(out, tensor._spec, requires_grad=tensor.requires_grad)
     if tensor.device == device and not always_copy:
         return tensor
+    if device.type == "cpu" and arena is not None:
+        if arena.holds(tensor):  # moved already (a tied weight is visited once per module that holds it)
+            return tensor
+        out = arena.take(tensor.size(), tensor.stride(), tensor.dtype)
+        if out is not None:
+            return out.copy_(tensor, non_blocking=tensor.device.type != "cpu")
     if device.type == "cpu" and tensor.device.type != "cpu" and pin_memory:
         out = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=device, pin_memory=True)
         return out.copy_(tensor, non_blocking=True)
@@ -119,7 +131,8 @@ def _moved(tensor: torch.Tensor, device: torch.device, pin_memory: bool, always_
 
 
 @torch.no_grad()
-def move_fsdp_model(model: torch.nn.Module, device, *, pin_memory: bool = True, always_copy: bool = False) -> float:
+def move_fsdp_model(model: torch.nn.Module, device, *, pin_memory: bool = True, always_copy: bool = False,
+                    arena: Optional[HostArena] = None) -> float:
     """Move the parameters (FSDP2: the local shards of the DTensors), their gradients where not None, and the
     buffers of ``model`` to ``device``; returns the seconds taken (the copies are finished when it returns).
 
@@ -128,22 +141,41 @@ def move_fsdp_model(model: torch.nn.Module, device, *, pin_memory: bool = True, 
     parameters unsharded) and afterwards re-points FSDP's own references to the moved shards (a shard that FSDP
     pads, dim 0 not divisible by the ranks, is re-padded by FSDP into pageable memory: correct, only its copies are
     slower). ``always_copy`` copies even tensors that are already on ``device`` (tests use it to see that every
-    tensor is reached)."""
+    tensor is reached). ``arena``: a move to the CPU copies into it (``begin`` sized for every tensor moved)."""
     start = time.perf_counter()
     device = torch.device(device)
     params = list(model.parameters())
     tensors = [*params, *(p.grad for p in params if p.grad is not None), *model.buffers()]
     if not always_copy and all(t.device == device for t in tensors):
         return time.perf_counter() - start  # already there (a CPU worker): nothing to do
+    if arena is not None and device.type == "cpu":
+        if hasattr(model, "reshard"):  # FSDP2's root stays unsharded after a forward: size the arena for shards
+            model.reshard()
+            params = list(model.parameters())
+            tensors = [*params, *(p.grad for p in params if p.grad is not None), *model.buffers()]
+        arena.begin(_arena_bytes(tensors, device, always_copy))
     sources = set()
 
     def move(t: torch.Tensor) -> torch.Tensor:
         sources.add(t.device)
-        return _moved(t, device, pin_memory, always_copy)
+        return _moved(t, device, pin_memory, always_copy, arena)
 
     model._apply(move)
     _synchronize(sources | {device})
     return time.perf_counter() - start
+
+
+def _arena_bytes(tensors, device: torch.device, always_copy: bool) -> int:
+    """The arena bytes a move of ``tensors`` to ``device`` takes: each distinct tensor that will be copied (a DTensor:
+    its local shard), its storage span rounded up to the arena's alignment."""
+    total, seen = 0, set()
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if id(t) in seen or (local.device == device and not always_copy):
+            continue
+        seen.add(id(t))
+        total += aligned(storage_bytes(local.size(), local.stride(), local.dtype))
+    return total
 
 
 def _stays_on_host(group: dict, value: torch.Tensor) -> bool:
@@ -153,21 +185,21 @@ def _stays_on_host(group: dict, value: torch.Tensor) -> bool:
 
 @torch.no_grad()
 def move_optimizer(optimizer: torch.optim.Optimizer, device, *, pin_memory: bool = True,
-                   always_copy: bool = False) -> float:
+                   always_copy: bool = False, arena: Optional[HostArena] = None) -> float:
     """Move every tensor of the optimizer's state (AdamW: ``exp_avg``, ``exp_avg_sq`` and ``step``) to ``device``;
     returns the seconds taken. Moving to an accelerator leaves a scalar ``step`` on the CPU where the optimizer keeps
     it (not capturable, not fused). An optimizer that has not stepped yet has no state: nothing moves."""
     start = time.perf_counter()
     device = torch.device(device)
+    moving = [(state, key, value) for group in optimizer.param_groups for param in group["params"]
+              for state in [optimizer.state.get(param) or {}] for key, value in state.items()
+              if torch.is_tensor(value) and not (device.type != "cpu" and _stays_on_host(group, value))]
+    if arena is not None and device.type == "cpu":
+        arena.begin(_arena_bytes([value for *_, value in moving], device, always_copy))
     sources = set()
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            state = optimizer.state.get(param)
-            for key, value in (state or {}).items():
-                if not torch.is_tensor(value) or (device.type != "cpu" and _stays_on_host(group, value)):
-                    continue
-                sources.add(value.device)
-                state[key] = _moved(value, device, pin_memory, always_copy)
+    for state, key, value in moving:
+        sources.add(value.device)
+        state[key] = _moved(value, device, pin_memory, always_copy, arena)
     _synchronize(sources | {device})
     return time.perf_counter() - start
 
@@ -176,10 +208,11 @@ def _devices_of(tensors) -> set:
     return {t.device for t in tensors if t is not None}
 
 
-def offload_fsdp_model(model: torch.nn.Module, empty_cache: bool = True) -> float:
-    """Parameters, gradients and buffers of ``model`` to (pinned) CPU memory; returns seconds (``move_fsdp_model``)."""
+def offload_fsdp_model(model: torch.nn.Module, empty_cache: bool = True, arena: Optional[HostArena] = None) -> float:
+    """Parameters, gradients and buffers of ``model`` to (pinned) CPU memory, in ``arena`` where given; returns
+    seconds (``move_fsdp_model``)."""
     devices = _devices_of([*model.parameters(), *model.buffers()])
-    seconds = move_fsdp_model(model, "cpu")
+    seconds = move_fsdp_model(model, "cpu", arena=arena)
     if empty_cache:
         _empty_cache(devices)
     return seconds
@@ -190,10 +223,12 @@ def onload_fsdp_model(model: torch.nn.Module, device) -> float:
     return move_fsdp_model(model, device)
 
 
-def offload_optimizer(optimizer: torch.optim.Optimizer, empty_cache: bool = True) -> float:
-    """The optimizer's state to (pinned) CPU memory; returns seconds. See ``move_optimizer``."""
+def offload_optimizer(optimizer: torch.optim.Optimizer, empty_cache: bool = True,
+                      arena: Optional[HostArena] = None) -> float:
+    """The optimizer's state to (pinned) CPU memory, in ``arena`` where given; returns seconds. See
+    ``move_optimizer``."""
     devices = _devices_of([v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)])
-    seconds = move_optimizer(optimizer, "cpu")
+    seconds = move_optimizer(optimizer, "cpu", arena=arena)
     if empty_cache:
         _empty_cache(devices)
     return seconds
@@ -224,7 +259,8 @@ class Offloader:
     """Where one model (and its optimizer) lives between phases. With ``params`` the parameters and gradients stay in
     CPU memory except inside ``on_device()``; with ``optimizer_state`` the optimizer's state does too, except inside
     ``on_device(optimizer=True)``. Both off: everything stays on the device and ``on_device`` does nothing. The
-    seconds spent moving are summed per direction until ``pop_metrics``."""
+    seconds spent moving are summed per direction until ``pop_metrics``. Offloaded tensors live in two
+    ``HostArena``s (parameters and gradients; optimizer state), exactly sized and reused by every offload."""
 
     def __init__(self, name: str, model: torch.nn.Module, device, params: bool, optimizer=None,
                  optimizer_state: bool = False) -> None:
@@ -233,6 +269,7 @@ class Offloader:
         self.seconds = {"offload": 0.0, "onload": 0.0}
         self.moves = 0
         self.params_home = self.optim_home = True  # on the device
+        self.param_arena, self.optim_arena = HostArena(f"{name} parameters"), HostArena(f"{name} optimizer state")
 
     @property
     def enabled(self) -> bool:
@@ -241,11 +278,16 @@ class Offloader:
     def offload(self) -> None:
         """Move what is configured to be offloaded to the CPU (a no-op when it is there already)."""
         if self.params and self.params_home:
-            self._count("offload", offload_fsdp_model(self.model))
+            self._count("offload", offload_fsdp_model(self.model, arena=self.param_arena))
             self.params_home = False
         if self.optimizer_state and self.optim_home:
-            self._count("offload", offload_optimizer(self.optimizer))
+            self._count("offload", offload_optimizer(self.optimizer, arena=self.optim_arena))
             self.optim_home = False
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of host memory the arenas hold (what this model's offload costs the host)."""
+        return self.param_arena.capacity + self.optim_arena.capacity
 
     def onload(self, optimizer: bool = False) -> None:
         if not self.params_home:

@@ -23,13 +23,22 @@ from .distributed import all_reduce_max
 from .fsdp import Offloader, compile_decoder_layers, fix_gradient_dtypes, shard_model
 
 
+def reference_param_dtype(cfg, compute_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the reference's shards (``ref.param_dtype``): auto, the compute dtype (a frozen model gains
+    nothing from fp32 shards: FSDP casts them to the compute dtype before every forward, the same rounding the load
+    makes); float32 as the actor."""
+    return compute_dtype if cfg.ref.param_dtype == "auto" else torch.float32
+
+
 def load_sharded_lm(cfg, model_path: str, mesh, device: str, compute_dtype: torch.dtype, trainable: bool,
-                    prepare: Optional[Callable[[torch.nn.Module], torch.nn.Module]] = None) -> torch.nn.Module:
-    """The causal LM at ``model_path`` in fp32, FSDP2-sharded over ``mesh`` (compute in ``compute_dtype``).
+                    prepare: Optional[Callable[[torch.nn.Module], torch.nn.Module]] = None,
+                    param_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The causal LM at ``model_path`` with ``param_dtype`` shards (fp32 for a trained model), FSDP2-sharded over
+    ``mesh`` (compute in ``compute_dtype``).
     ``trainable``: gradient checkpointing (``model.gradient_checkpointing``) and ``actor.compile`` apply; otherwise
     the model is frozen and in eval mode. ``prepare`` runs on the loaded model before it is compiled and sharded
     (LoRA wraps it there) and returns the model to shard."""
-    model = load_causal_lm(model_path, torch.float32, cfg.model.trust_remote_code, cfg.model.attn_implementation)
+    model = load_causal_lm(model_path, param_dtype, cfg.model.trust_remote_code, cfg.model.attn_implementation)
     if trainable and cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
