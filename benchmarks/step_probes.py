@@ -33,6 +33,17 @@ PHASE_OF_CALL = {"generate": "rollout", "compute_log_probs": "old_log_probs",
 """The actor group's calls a step makes -> the ``timing_s/<phase>`` they run in (``reasonrl/trainer/trainer.py``)."""
 
 
+def _host_memory_gib() -> Dict[str, float]:
+    """This process's resident host memory now and at its peak, from /proc/self/status (kB lines)."""
+    out: Dict[str, float] = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out["host_rss_gib" if key == "VmRSS" else "host_peak_rss_gib"] = int(value.split()[0]) * 1024 / GIB
+    return out
+
+
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -43,8 +54,9 @@ class BenchWorker(ActorRolloutRefWorker):
 
     @dispatch(ONE_TO_ALL)
     def bench_memory(self, reset_peak: bool = False) -> Dict[str, float]:
-        """GiB: torch's allocated / peak allocated / reserved in this process, and the device's used memory
-        (empty on a CPU). ``reset_peak``: start a new peak afterwards."""
+        """GiB: torch's allocated / peak allocated / reserved in this process, the device's used memory, and this
+        process's host memory now and at its peak (``VmRSS``/``VmHWM``: pinned offload buffers count) (empty on a
+        CPU). ``reset_peak``: start a new peak afterwards."""
         if self.device != "cuda":
             return {}
         _sync()
@@ -52,7 +64,7 @@ class BenchWorker(ActorRolloutRefWorker):
         out = {"allocated_gib": torch.cuda.memory_allocated() / GIB,
                "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
                "reserved_gib": torch.cuda.memory_reserved() / GIB,
-               "device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB}
+               "device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB, **_host_memory_gib()}
         if reset_peak:
             torch.cuda.reset_peak_memory_stats()
         return out
