@@ -220,6 +220,7 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     plan = benchmark_plan(cfg, args)
     result["old_log_prob_pass"] = plan.passes.old_log_probs
     result["engine_sleep_level"] = plan.engine_sleep_level
+    result["ref_param_dtype"] = cfg.ref.param_dtype  # auto: the compute dtype on the GPU (workers/policy.py)
     backend = make_backend(args, on_gpu)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, plan, backend)

@@ -49,3 +49,89 @@ def test_sleep_level_auto_discards_the_weights_only_when_every_sync_refills_them
         load_config(["rollout.sleep_level=3"], cuda_available=False)
     with pytest.raises(ConfigError, match="config key 'ref.param_dtype'"):
         load_config(["ref.param_dtype=bfloat16"], cuda_available=False)
+
+
+# ------------------------------------------------------------------ the host plan, by hand (Qwen2.5-7B on one H200)
+
+# Qwen/Qwen2.5-7B-Instruct's numbers: per layer attention 2 h q + 2 h kv + qkv bias = 25690112 + 3670016 + 4608,
+# MLP 3 h i = 203685888, norms 2 h = 7168 -> 233057792; x 28 + embedding and untied head 2 V h + final norm h
+# (1089998336) -> P = 7615616512.
+QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+               tie_word_embeddings=False)
+P_7B = 7615616512
+NODE = 125.85 * (1 << 30)  # what Ray saw of the H200 machine's 128 GiB (benchmarks/README.md, ninth session)
+FULL_OFFLOAD = ("model.dtype=bfloat16", "rollout.engine=vllm", "actor.offload_params=true",
+                "actor.offload_optimizer=true", "ref.offload_params=true")
+
+
+def _gpu_config(*overrides):
+    return load_config(list(overrides), cuda_available=True)[0]
+
+
+def test_pinned_blocks_are_the_next_power_of_two():
+    from reasonrl.memory.host import pinned_block_bytes
+
+    # one MLP projection of the 7B in fp32 (18944 x 3584 x 4 = 271581184 bytes) takes 512 MiB of pinned memory
+    assert pinned_block_bytes(271581184) == 1 << 29
+    assert pinned_block_bytes(1 << 20) == 1 << 20 and pinned_block_bytes((1 << 20) + 1) == 1 << 21
+    assert pinned_block_bytes(0.5) == 1
+
+
+def test_the_7b_full_offload_fits_the_host_with_the_arena_a_bf16_reference_and_level_2_sleep():
+    from reasonrl.memory import GIB
+    from reasonrl.memory.host import plan_host_memory
+
+    plan = plan_host_memory(_gpu_config(*FULL_OFFLOAD), QWEN_7B, NODE)
+    assert plan.terms == {"actor weights (fp32 shards, pinned arena)": 4 * P_7B,
+                          "actor AdamW moments (2 x fp32, pinned arena)": 8 * P_7B,
+                          "reference weights (dt shards, pinned arena)": 2 * P_7B}  # level 2: no engine copy
+    assert plan.total / GIB == pytest.approx(99.30, abs=0.01)  # 14 P
+    assert plan.limit / GIB == pytest.approx(0.95 * 125.85) and plan.fits
+    two_ranks = plan_host_memory(_gpu_config(*FULL_OFFLOAD), QWEN_7B, NODE, world_size=2)
+    assert two_ranks.total == plan.total  # each rank holds half, both on this host
+    assert plan_host_memory(_gpu_config(*FULL_OFFLOAD), QWEN_7B, NODE, world_size=2, ranks_on_host=1).total \
+        == plan.total / 2
+
+
+def test_the_ninth_sessions_layout_does_not_fit_and_the_check_names_what_would():
+    """fp32 reference, level-1 sleep: 16 P plus the sleeping engine's pinned copy. Per layer in bf16 qkv 33030144 ->
+    2^25, o 25690112 -> 2^25, gate_up 271581184 -> 2^29, down 135790592 -> 2^28, two norms and the qkv bias 8192,
+    8192, 16384 -> 872448000 x 28 = 24428544000; embedding and head (V h = 544997376) x 2 bytes -> 2^31 each, final
+    norm 8192: 28723519488 bytes (26.75 GiB, for 14.19 GiB of weights)."""
+    from reasonrl.memory import GIB
+    from reasonrl.memory.host import plan_host_memory, sleeping_engine_bytes
+    from reasonrl.memory.shape import ModelShape
+    from reasonrl.trainer.run_plan import check_memory_plan
+
+    assert sleeping_engine_bytes(ModelShape.from_config_json(QWEN_7B), 2, 1) == 28723519488
+    cfg = _gpu_config(*FULL_OFFLOAD, "ref.param_dtype=float32", "rollout.sleep_level=1")
+    plan = plan_host_memory(cfg, QWEN_7B, NODE)
+    assert plan.total == 16 * P_7B + 28723519488 and plan.total / GIB == pytest.approx(140.23, abs=0.01)
+    assert not plan.fits
+    printed = []
+    with pytest.raises(ConfigError) as err:
+        check_memory_plan(cfg, QWEN_7B, 139.8 * GIB, 1, echo=printed.append, host_bytes=NODE)
+    message = str(err.value)
+    assert "host memory plan does not fit: 140.2 GiB" in message and "119.6 GiB" in message
+    # alone: level 2 leaves 16 P = 113.5; keeping the optimizer 8 P + 26.75 = 83.5, the actor 12 P + 26.75 = 111.9,
+    # the reference 12 P + 26.75 = 111.9 GiB; the bf16 reference alone leaves 14 P + 26.75 = 126.0 (over)
+    assert message.split("each of these would fit the host (check the GPU plan too): ")[1].split(";")[0] == \
+        "rollout.sleep_level=2, actor.offload_optimizer=false, actor.offload_params=false, ref.offload_params=false"
+    assert any(line.startswith("host memory plan (1 rank(s)") for line in printed)
+    check_memory_plan(_gpu_config(*FULL_OFFLOAD, "ref.param_dtype=float32", "rollout.sleep_level=1",
+                                  "trainer.ignore_memory_plan=true"), QWEN_7B, 139.8 * GIB, 1, echo=printed.append,
+                      host_bytes=NODE)  # the escape hatch starts anyway
+
+
+def test_an_adapter_only_lora_sync_sleeps_at_level_1_and_plans_the_engines_host_copy():
+    from reasonrl.memory.host import plan_host_memory, sleeping_engine_bytes
+    from reasonrl.memory.shape import ModelShape
+
+    plan = plan_host_memory(_gpu_config("model.dtype=bfloat16", "rollout.engine=vllm", "actor.lora.rank=16"),
+                            QWEN_7B, NODE)
+    assert plan.terms == {"sleeping engine weights (level 1, pinned, power-of-two blocks)":
+                          sleeping_engine_bytes(ModelShape.from_config_json(QWEN_7B), 2, 1)}
+    merged = plan_host_memory(_gpu_config("model.dtype=bfloat16", "rollout.engine=vllm", "actor.lora.rank=16",
+                                          "actor.lora.merge_for_rollout=true"), QWEN_7B, NODE)
+    assert merged.terms == {}  # every sync resends the merged weights: level 2

@@ -4,6 +4,7 @@ benchmarks/results/ (each phase's predicted peak within 15% of the recorded one)
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -139,7 +140,9 @@ def test_resident_and_update_terms_by_hand():
     rollout = plan.phase("rollout").terms
     assert rollout["actor weights (fp32 shards)"] == 4 * TINY_PARAMS / 2  # 2896 bytes
     assert rollout["actor AdamW moments (2 x fp32)"] == 2 * 4 * TINY_PARAMS / 2  # 5792
-    assert rollout["reference weights (fp32 shards)"] == 2896
+    assert rollout["reference weights (dt shards)"] == 2 * TINY_PARAMS / 2  # 1448: bf16, like the compute
+    fp32_ref = plan_memory(replace_ref_dtype(cfg, "float32"), TINY, device, Placement(world_size=2))
+    assert fp32_ref.phase("rollout").terms["reference weights (fp32 shards)"] == 2896
     assert rollout["reference root (unsharded, dt)"] == 264 * 2
     assert rollout["engine weights"] == TINY_PARAMS * 2  # bf16, T = 1
     assert rollout["engine KV cache + workspace"] == 0.5 * device - TINY_PARAMS * 2
@@ -184,8 +187,8 @@ def test_token_budget_sets_the_micro_batch_and_offload_moves_terms():
         assert "actor AdamW moments (2 x fp32)" not in plan.phase(name).terms
     assert "actor weights (fp32 shards)" not in plan.phase("weight_sync").terms
     assert "actor weights (fp32 shards)" not in plan.phase("rollout").terms
-    assert "reference weights (fp32 shards)" not in plan.phase("update").terms
-    assert plan.phase("reference").terms["reference weights (fp32 shards)"] == 4 * TINY_PARAMS
+    assert "reference weights (dt shards)" not in plan.phase("update").terms
+    assert plan.phase("reference").terms["reference weights (dt shards)"] == 2 * TINY_PARAMS
 
 
 def test_lora_terms_by_hand():
@@ -246,9 +249,15 @@ def test_engine_that_cannot_start_is_reported():
 # ------------------------------------------------------------------ the recorded H200 runs
 
 
-def _step_config(args):
-    """The config gpu_grpo_step.py built (its config_overrides), from the JSON's recorded args."""
-    overrides = ["model.dtype=bfloat16", f"model.gradient_checkpointing={args['gradient_checkpointing']}",
+def replace_ref_dtype(cfg, dtype):
+    """``cfg`` with ``ref.param_dtype=dtype``."""
+    return dataclasses.replace(cfg, ref=dataclasses.replace(cfg.ref, param_dtype=dtype))
+
+
+def _step_config(args, ref_param_dtype="float32"):
+    """The config gpu_grpo_step.py built (its config_overrides), from the JSON's recorded args. The reference's dtype:
+    the JSON's ``ref_param_dtype`` (runs before the tenth session held it in fp32)."""
+    overrides = [f"ref.param_dtype={ref_param_dtype}", "model.dtype=bfloat16", f"model.gradient_checkpointing={args['gradient_checkpointing']}",
                  f"data.train_batch_size={args['prompts']}", f"data.max_prompt_length={args['prompt_len']}",
                  f"rollout.tensor_parallel_size={args.get('tp', 1)}", f"rollout.n={args['n']}",
                  f"rollout.max_new_tokens={args['response_len']}",
@@ -280,7 +289,7 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
     recorded = run["mean"]["peak_allocated_gib"]
     old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
     shape = QWEN_7B if args.get("shape") == "qwen2.5-7b" else QWEN_1P5B
-    plan = plan_memory(_step_config(args), shape, H200_BYTES,
+    plan = plan_memory(_step_config(args, run.get("ref_param_dtype", "float32")), shape, H200_BYTES,
                        Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
     # The allocator's peak counts vLLM's sleep-mode pool while it is unmapped (the JSON's note): in the update the

@@ -73,10 +73,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--plan", action="store_true",
                         help="print the memory plan of the config (each phase's peak per GPU) instead of the checks")
     parser.add_argument("--device-gib", type=float, default=None, help="--plan: the GPU's memory (default: this GPU)")
+    parser.add_argument("--host-gib", type=float, default=None,
+                        help="--plan: the host's memory, for the host plan of offloaded state (default: this host)")
     parser.add_argument("--gpus", type=int, default=None, help="--plan: GPUs (data-parallel ranks)")
     args = parser.parse_intermixed_args(argv)  # key=value arguments before and after the options
     if args.plan:
-        return plan_main(args.overrides, args.device_gib, args.gpus)
+        return plan_main(args.overrides, args.device_gib, args.gpus, args.host_gib)
     problems: Optional[List[Problem]] = None
     output_dir = "."
     if args.overrides:

@@ -11,11 +11,14 @@ from typing import Optional, Sequence
 from reasonrl.config import ConfigError, load_config
 
 
-def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optional[int]) -> int:
+def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optional[int],
+              host_gib: Optional[float] = None) -> int:
     """Print the plan of the config ``overrides`` (GPU defaults: no CPU profile) on ``gpus`` GPUs of ``device_gib``
-    GiB (default: this machine's first GPU, and its GPU count)."""
+    GiB (default: this machine's first GPU, and its GPU count), and the host plan (``plan_host_memory``) of all the
+    GPUs on one host of ``host_gib`` GiB (default: this machine)."""
     from reasonrl.memory import (GIB, AutoBudgetError, Placement, apply_auto_budgets, fit_suggestions, plan_memory,
                                  plan_rollout_worker, render_plan)
+    from reasonrl.memory.host import plan_host_memory, ray_kill_threshold, render_host_plan, this_host_memory
     from reasonrl.models.loader import ModelNotFoundError, resolve_model_path
     from reasonrl.trainer.run_plan import model_config_json
 
@@ -36,6 +39,9 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         return 2
     else:
         device_bytes = device_gib * GIB
+    if host_gib is not None and not host_gib > 0:
+        print(f"error: --host-gib must be a positive number of GiB, got {host_gib}", file=sys.stderr)
+        return 2
     world = gpus or cfg.trainer.num_workers or max(1, torch.cuda.device_count())
     print(f"model {cfg.model.path}, {world} GPU(s) of {device_bytes / GIB:.1f} GiB")
     try:
@@ -43,6 +49,8 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         placement = Placement(world, cfg.rollout.tensor_parallel_size)
         apply_auto_budgets(cfg, model_config, device_bytes, placement)  # prints the budgets auto chose
         plan = plan_memory(cfg, model_config, device_bytes, placement)
+        host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else this_host_memory(), world,
+                                threshold=ray_kill_threshold()) if cfg.trainer.mode != "async" else None
         rollout = plan_rollout_worker(cfg, model_config, device_bytes) if cfg.trainer.mode == "async" else None
     except AutoBudgetError as exc:
         print(f"does not fit: {exc}")
@@ -51,12 +59,18 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render_plan(plan))
+    if host is not None and host.terms:
+        print(render_host_plan(host))
     if rollout is not None:
         print(f"each of the {cfg.async_rollout.num_rollout_workers} rollout worker GPU(s) (trainer.mode=async): "
               + render_plan(rollout))
     if rollout is not None and not rollout.fits:
         print("does not fit: a rollout worker's GPU (its engine alone: a lower rollout.gpu_memory_utilization or "
               "shorter sequences)")
+        return 1
+    if host is not None and not host.fits:
+        print(f"does not fit: the host ({host.total / GIB:.1f} GiB kept there, Ray kills a worker past "
+              f"{host.limit / GIB:.1f}): offload less, ref.param_dtype=auto or rollout.sleep_level=2")
         return 1
     if plan.fits:
         print("fits")

@@ -115,8 +115,8 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     benchmark's ``--old-log-prob-pass always``). The plan is the steady state: AdamW moments exist (from the first
     optimizer step on) and the reference's root is unsharded (from its first forward on).
 
-    Resident terms: the actor's fp32 shards (4P/W) and AdamW moments (8P/W), the reference's fp32 shards (4P/W) and
-    its FSDP root, kept unsharded in dt after its forward (V h (x2 untied) + h); offload
+    Resident terms: the actor's fp32 shards (4P/W) and AdamW moments (8P/W), the reference's shards (dt P/W;
+    4P/W with ``ref.param_dtype=float32``) and its FSDP root, kept unsharded in dt after its forward (V h (x2 untied) + h); offload
     (``actor.offload_params``/``offload_optimizer``, ``ref.offload_params``, ``critic.offload_*``) keeps a term
     only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
     layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,
@@ -132,7 +132,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     no weight gradient; FSDP reduces only the adapters' gradients. An adapter-only sync gathers every adapter tensor
     in fp32 at once (4Pa, no bucket); a merged sync holds the bucket and, at the largest adapted projection, its fp32
     weight, B A, their sum and the merged copy in dt. Host memory (offloaded shards, a sleeping engine's weights) is
-    not planned."""
+    planned apart (``reasonrl.memory.host.plan_host_memory``)."""
     from reasonrl.config.token_budget import auto_budget_keys
 
     unresolved = auto_budget_keys(cfg)
@@ -163,6 +163,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     trained_layer = shape.lora_layer_parameters(a.lora.rank, a.lora.target_modules) if lora \
         else shape.layer_parameters()
     ref_copy = has_ref and not lora  # with LoRA the reference is the actor with its adapters off
+    ref_bytes = 4 if cfg.ref.param_dtype == "float32" else dt  # workers/policy.reference_param_dtype
     adapters = ", adapters" if lora else ""
     root = shape.root_parameters() * dt
     layer_gather = 2 * shape.layer_parameters() * dt
@@ -175,7 +176,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         if not a.offload_optimizer or phase == "update":
             t[f"actor AdamW moments (2 x fp32{adapters})"] = 8 * trained / W
         if ref_copy and (not cfg.ref.offload_params or phase == "reference"):
-            t["reference weights (fp32 shards)"] = 4 * P / W
+            t[f"reference weights ({'fp32' if ref_bytes == 4 else 'dt'} shards)"] = ref_bytes * P / W
             t["reference root (unsharded, dt)"] = root
         if critic:
             c = cfg.critic

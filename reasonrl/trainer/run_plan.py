@@ -17,6 +17,7 @@ import torch
 
 from reasonrl.config import Config, ConfigError
 from reasonrl.config.batch_plan import BatchPlan
+from reasonrl.config.combinations import combination_problems
 from reasonrl.config.passes import Passes, passes_needed
 from reasonrl.config.worker_plan import WorkerPlan, engine_sleep_level
 
@@ -189,10 +190,12 @@ def model_config_json(model_path: str) -> Dict:
 
 
 def check_memory_plan(cfg: Config, model_config: Dict, device_bytes: float, world_size: int,
-                      echo=print) -> None:
+                      echo=print, host_bytes: Optional[float] = None, ranks_on_host: Optional[int] = None) -> None:
     """The memory plan of this run (``reasonrl.memory``), printed; ConfigError naming the phases that do not fit, the
     numbers and what would make them fit, unless ``trainer.ignore_memory_plan``. ``*.max_tokens_per_micro_batch=auto``
-    is resolved first, in ``cfg`` itself (``apply_auto_budgets``); async mode plans a rollout worker's GPU too."""
+    is resolved first, in ``cfg`` itself (``apply_auto_budgets``); async mode plans a rollout worker's GPU too. With
+    ``host_bytes`` the host's memory is planned as well (``plan_host_memory``: offloaded shards, a sleeping engine)
+    for ``ranks_on_host`` ranks (default all)."""
     from reasonrl.memory import GIB, Placement, apply_auto_budgets, fit_suggestions, plan_memory, plan_rollout_worker
     from reasonrl.memory import render_plan
 
@@ -205,6 +208,8 @@ def check_memory_plan(cfg: Config, model_config: Dict, device_bytes: float, worl
         echo("rollout worker GPU (trainer.mode=async): " + render_plan(rollout))
         plan.phases += [replace(p, name=f"rollout worker {p.name}") for p in rollout.phases]
         plan.notes += rollout.notes
+    if host_bytes is not None and cfg.trainer.mode != "async":
+        _check_host_plan(cfg, model_config, host_bytes, world_size, ranks_on_host, echo)
     if plan.fits or cfg.trainer.ignore_memory_plan:
         return
     over = ", ".join([f"{p.name} {p.total / GIB:.1f} GiB" for p in plan.phases if not p.fits] + plan.notes)
@@ -213,3 +218,38 @@ def check_memory_plan(cfg: Config, model_config: Dict, device_bytes: float, worl
                       + (f"; each of these would make it fit: {', '.join(fixes)}" if fixes else
                          "; no single change makes it fit (more GPUs, a smaller model or shorter sequences)")
                       + "; trainer.ignore_memory_plan=true starts anyway")
+
+
+def _check_host_plan(cfg: Config, model_config: Dict, host_bytes: float, world_size: int,
+                     ranks_on_host: Optional[int], echo) -> None:
+    """The host half of ``check_memory_plan``: printed when anything is kept on the host; ConfigError when it passes
+    Ray's kill threshold, naming the total, the limit and the single changes that bring it under."""
+    from reasonrl.memory import GIB
+    from reasonrl.memory.host import plan_host_memory, ray_kill_threshold, render_host_plan
+
+    def host(c: Config):
+        return plan_host_memory(c, model_config, host_bytes, world_size, ranks_on_host, ray_kill_threshold())
+
+    plan = host(cfg)
+    if plan.terms:
+        echo(render_host_plan(plan))
+    if plan.fits or cfg.trainer.ignore_memory_plan:
+        return
+    trials = [("ref.param_dtype=auto", "ref", {"param_dtype": "auto"}),
+              ("rollout.sleep_level=2", "rollout", {"sleep_level": 2}),
+              ("actor.offload_optimizer=false", "actor", {"offload_optimizer": False}),
+              ("actor.offload_params=false", "actor", {"offload_params": False}),
+              ("ref.offload_params=false", "ref", {"offload_params": False})]
+    fixes = []
+    for text, section, change in trials:
+        key, value = next(iter(change.items()))
+        if getattr(getattr(cfg, section), key) == value:
+            continue
+        trial = replace(cfg, **{section: replace(getattr(cfg, section), **change)})
+        if not combination_problems(trial) and host(trial).fits:
+            fixes.append(text)
+    raise ConfigError(f"the host memory plan does not fit: {plan.total / GIB:.1f} GiB kept on this host "
+                      f"({', '.join(f'{k} {v / GIB:.1f}' for k, v in plan.terms.items())}) passes Ray's kill "
+                      f"threshold {plan.threshold:.2f} x {plan.host_bytes / GIB:.1f} = {plan.limit / GIB:.1f} GiB"
+                      + (f"; each of these would fit the host (check the GPU plan too): {', '.join(fixes)}" if fixes
+                         else "; offload less or use more hosts") + "; trainer.ignore_memory_plan=true starts anyway")

@@ -30,6 +30,7 @@ from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.memory import resolve_run_budgets
 from reasonrl.memory.auto import auto_budget_keys
+from reasonrl.memory.host import this_host_memory
 from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
@@ -67,7 +68,9 @@ class Trainer:
             check_context_length(cfg, model_context_length(self.model_path))
             if plan.device == "cuda":  # will it fit? before anything loads (auto token budgets resolved first)
                 check_memory_plan(cfg, model_config_json(self.model_path),
-                                  torch.cuda.get_device_properties(0).total_memory, plan.world_size)
+                                  torch.cuda.get_device_properties(0).total_memory, plan.world_size,
+                                  host_bytes=this_host_memory(),
+                                  ranks_on_host=min(plan.world_size, torch.cuda.device_count()))
             elif auto_budget_keys(cfg):  # a CPU run: auto token budgets against the RAM its ranks share
                 resolve_run_budgets(cfg, model_config_json(self.model_path), plan.device, plan.world_size)
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
