@@ -135,3 +135,18 @@ def test_an_adapter_only_lora_sync_sleeps_at_level_1_and_plans_the_engines_host_
     merged = plan_host_memory(_gpu_config("model.dtype=bfloat16", "rollout.engine=vllm", "actor.lora.rank=16",
                                           "actor.lora.merge_for_rollout=true"), QWEN_7B, NODE)
     assert merged.terms == {}  # every sync resends the merged weights: level 2
+
+
+def test_doctor_plan_refuses_a_layout_that_fits_the_gpu_but_not_the_host(tmp_path, capsys):
+    import json
+
+    from reasonrl.doctor.plan import plan_main
+
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN_7B, "architectures": ["Qwen2ForCausalLM"]}))
+    flags = [f"model.path={tmp_path}", *FULL_OFFLOAD, "model.gradient_checkpointing=true"]
+    assert plan_main(flags + ["ref.param_dtype=float32", "rollout.sleep_level=1"], 139.8, 1, 125.85) == 1
+    out = capsys.readouterr().out
+    assert "140.23   DOES NOT FIT" in out and "does not fit: the host (140.2 GiB" in out
+    assert plan_main(flags, 139.8, 1, 125.85) == 0  # the arena, a bf16 reference, level 2: 99.3 GiB
+    assert "99.30   fits" in capsys.readouterr().out
+    assert plan_main(flags, 139.8, 1, -1.0) == 2
