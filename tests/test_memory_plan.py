@@ -281,9 +281,10 @@ QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, nu
 
 
 @pytest.mark.parametrize("name", ["gpu_step_1p5b_n1", "gpu_step_1p5b_n1_shared", "gpu_step_1p5b_n2",
-                                  "gpu_grpo_step", "s9_full", "s9_lora16", "s9_7b_lora16"])
+                                  "gpu_grpo_step", "s9_full", "s9_lora16", "s9_7b_lora16", "s10_lora64"])
 def test_plan_within_15_percent_of_the_recorded_step(name):
-    """s9_*: the ninth session's H200 runs, full fine-tuning and LoRA rank 16 (1.5B; 7B with checkpointing)."""
+    """s9_*: the ninth session's H200 runs, full fine-tuning and LoRA rank 16 (1.5B; 7B with checkpointing); s10_lora64:
+    LoRA rank 64 with the reference in bf16 (the tenth session)."""
     run = json.loads((RESULTS / f"{name}.json").read_text())
     args = run["args"]
     recorded = run["mean"]["peak_allocated_gib"]
@@ -503,3 +504,17 @@ def test_trainer_check_stops_a_layout_that_does_not_fit_before_loading():
     cfg, _ = load_config(args + ["trainer.ignore_memory_plan=true"], cuda_available=True)
     check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)  # printed, not refused
     assert len(printed) == 2
+
+
+def test_the_plan_refuses_the_7b_update_that_ran_out_of_device_memory_in_the_adamw_step():
+    """s10_7b_full_params_on_gpu: 7B full fine-tuning on one H200, AdamW and the reference offloaded, died in
+    ``torch._foreach_sqrt``. Update by hand: actor 4P 28.37 + AdamW 8P 56.74 + gradients 4P 28.37 + root 2.03 + layers
+    2.60 GiB, then the step's sqrt(v) 4P 28.37 (more than the activations 4.07 + head 5.66 it replaces) = 146.5 GiB
+    + 1 GiB of CUDA context, over the 139.8 GiB device."""
+    run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
+    assert "_foreach_sqrt" in run["error"] and "CUDA out of memory" in run["error"]
+    plan = plan_memory(_step_config(run["args"], run["ref_param_dtype"]), QWEN_7B, H200_BYTES, Placement())
+    update = plan.phase("update")
+    assert update.terms["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] == 4 * 7615616512
+    assert not any(k.startswith("activations") for k in update.terms)
+    assert update.allocated / GIB == pytest.approx(146.5, abs=0.1) and not update.fits

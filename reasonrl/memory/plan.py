@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 from .shape import ModelShape
-from .terms import (CUDA_CONTEXT_BYTES, activation_bytes, compute_dtype_bytes, engine_terms, head_backward_bytes,
-                    head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes, packed_mask_bytes)
+from .terms import (CUDA_CONTEXT_BYTES, activation_bytes, adamw_step_bytes, compute_dtype_bytes, engine_terms,
+                    head_backward_bytes, head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes,
+                    packed_mask_bytes)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     (``actor.offload_params``/``offload_optimizer``, ``ref.offload_params``, ``critic.offload_*``) keeps a term
     only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
     layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,
-    whichever is larger. The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
+    whichever is larger, or, when larger than those, the AdamW step's temporaries (``adamw_step_bytes``). The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
     and the largest full parameter before the KV cache wakes. ``trainer.mode=async``: no engine on the actor's
     devices; its ``weight_send`` phase (rank 0 broadcasting) holds a bucket (at least the largest full parameter,
     which travels alone when larger), its packed copy and the next gathered parameter.
@@ -213,6 +214,12 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                                                        head_forward_bytes(shape, resp, entropy))
         if packed_mask_bytes(cfg, tokens):
             t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)
+        backward = [k for k in t if k.startswith(("activations", "log-prob head", "packed attention"))]
+        step = adamw_step_bytes(Pm, W)
+        if step > sum(t[k] for k in backward):  # the optimizer step, after the backward freed them, is the peak
+            for k in backward:
+                del t[k]
+            t["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] = step
         return PhasePlan(phase, t, overhead, dev)
 
     phases = [PhasePlan("rollout", {**resident("rollout"), **awake(), **generating}, overhead, dev)]

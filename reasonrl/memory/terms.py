@@ -90,6 +90,15 @@ def no_grad_forward_bytes(shape: ModelShape, tokens: int, response_tokens: int, 
     return 2 * tokens * shape.hidden_size * dt + max(mlp, top)
 
 
+def adamw_step_bytes(trained: int, world_size: int) -> float:
+    """torch's AdamW step (``foreach``, the default on CUDA) computes sqrt(v) for every parameter at once: a float32
+    copy of the second moments, 4 x trained / W, beside the gradients once the backward's activations are freed.
+    Measured: the 7B full fine-tune of benchmarks/results/s10_7b_full_params_on_gpu.json ran out of device memory in
+    ``torch._foreach_sqrt`` with the update planned at 128.8 of 139.8 GiB (its activations and head, 9.7 GiB, are
+    gone by then; the step adds 28.4)."""
+    return 4 * trained / world_size
+
+
 def packed_mask_bytes(cfg: Any, tokens: int) -> float:
     """``actor.use_packing`` with sdpa/eager attention: a dense N x N boolean mask over the packed row."""
     if cfg.actor.use_packing and cfg.model.attn_implementation in ("sdpa", "eager"):
