@@ -18,7 +18,8 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     GPUs on one host of ``host_gib`` GiB (default: this machine)."""
     from reasonrl.memory import (GIB, AutoBudgetError, Placement, apply_auto_budgets, fit_suggestions, plan_memory,
                                  plan_rollout_worker, render_plan)
-    from reasonrl.memory.host import plan_host_memory, ray_kill_threshold, render_host_plan, this_host_memory
+    from reasonrl.memory.auto import host_memory_bytes
+    from reasonrl.memory.host import plan_host_memory, ray_kill_threshold, render_host_plan
     from reasonrl.models.loader import ModelNotFoundError, resolve_model_path
     from reasonrl.trainer.run_plan import model_config_json
 
@@ -49,7 +50,7 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         placement = Placement(world, cfg.rollout.tensor_parallel_size)
         apply_auto_budgets(cfg, model_config, device_bytes, placement)  # prints the budgets auto chose
         plan = plan_memory(cfg, model_config, device_bytes, placement)
-        host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else this_host_memory(), world,
+        host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else host_memory_bytes(), world,
                                 threshold=ray_kill_threshold()) if cfg.trainer.mode != "async" else None
         rollout = plan_rollout_worker(cfg, model_config, device_bytes) if cfg.trainer.mode == "async" else None
     except AutoBudgetError as exc:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from .shape import ModelShape
@@ -115,18 +114,6 @@ def plan_host_memory(cfg: Any, model_config: Mapping[str, Any], host_bytes: floa
         t["sleeping engine weights (level 1, pinned, power-of-two blocks)"] = \
             sleeping_engine_bytes(shape, dt, cfg.rollout.tensor_parallel_size)
     return HostPlan({k: v * ranks for k, v in t.items()}, float(host_bytes), ranks, threshold)
-
-
-def this_host_memory() -> float:
-    """This machine's memory in bytes: physical memory, or the cgroup's limit (v2 ``memory.max``) when lower."""
-    total = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit.isdigit():
-            total = min(total, float(limit))
-    except OSError:
-        pass
-    return total
 
 
 def ray_kill_threshold() -> float:

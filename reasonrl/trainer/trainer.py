@@ -30,7 +30,7 @@ from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.memory import resolve_run_budgets
 from reasonrl.memory.auto import auto_budget_keys
-from reasonrl.memory.host import this_host_memory
+from reasonrl.memory.auto import host_memory_bytes
 from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
@@ -69,7 +69,7 @@ class Trainer:
             if plan.device == "cuda":  # will it fit? before anything loads (auto token budgets resolved first)
                 check_memory_plan(cfg, model_config_json(self.model_path),
                                   torch.cuda.get_device_properties(0).total_memory, plan.world_size,
-                                  host_bytes=this_host_memory(),
+                                  host_bytes=host_memory_bytes(),
                                   ranks_on_host=min(plan.world_size, torch.cuda.device_count()))
             elif auto_budget_keys(cfg):  # a CPU run: auto token budgets against the RAM its ranks share
                 resolve_run_budgets(cfg, model_config_json(self.model_path), plan.device, plan.world_size)
