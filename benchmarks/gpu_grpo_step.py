@@ -210,6 +210,7 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     """Build the trainer as ``reasonrl.train`` does (config, plan, backend) and run the warm-up and timed steps;
     returns the trainer (its workers still up)."""
     from reasonrl.config import load_config
+    from reasonrl.config.worker_plan import adamw_impl
     from reasonrl.trainer.trainer import Trainer
 
     t0 = time.perf_counter()
@@ -221,6 +222,7 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     result["old_log_prob_pass"] = plan.passes.old_log_probs
     result["engine_sleep_level"] = plan.engine_sleep_level
     result["ref_param_dtype"] = cfg.ref.param_dtype  # auto: the compute dtype on the GPU (workers/policy.py)
+    result["adamw_impl"] = adamw_impl(cfg, "cuda")  # what the actor's AdamW ran as (config/worker_plan.py)
     backend = make_backend(args, on_gpu)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, plan, backend)

@@ -157,3 +157,17 @@ def test_async_mode_refuses_what_it_does_not_wire_naming_both_keys(args, key, wo
     with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{words}"):
         load_config(["trainer.mode=async", *args], cuda_available=False)
     load_config(["trainer.mode=async", "task=math_tool", "rollout.stream_chunk_prompts=1"], cuda_available=False)
+
+
+def test_adamw_impl_resolves_by_device_and_a_wrong_value_is_named():
+    """``actor.adamw_impl``: auto is fused on CUDA and the for-loop on the CPU; a set value stays; anything else is
+    refused naming the key and the choices."""
+    from reasonrl.config import ConfigError, load_config
+    from reasonrl.config.worker_plan import adamw_impl
+
+    cfg, _ = load_config([])
+    assert (adamw_impl(cfg, "cuda"), adamw_impl(cfg, "cpu")) == ("fused", "for_loop")
+    cfg, _ = load_config(["actor.adamw_impl=foreach"])
+    assert (adamw_impl(cfg, "cuda"), adamw_impl(cfg, "cpu")) == ("foreach", "foreach")
+    with pytest.raises(ConfigError, match=r"actor.adamw_impl.*auto, fused, foreach, for_loop"):
+        load_config(["actor.adamw_impl=apex"])

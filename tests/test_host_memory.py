@@ -147,8 +147,12 @@ def test_doctor_plan_refuses_a_layout_that_fits_the_gpu_but_not_the_host(tmp_pat
     assert plan_main(flags + ["ref.param_dtype=float32", "rollout.sleep_level=1"], 139.8, 1, 125.85) == 1
     out = capsys.readouterr().out
     assert "140.23   DOES NOT FIT" in out and "does not fit: the host (140.2 GiB" in out
-    # the arena, a bf16 reference, level 2: 99.3 GiB fit the host; the GPU's update does not (AdamW's step)
-    assert plan_main(flags, 139.8, 1, 125.85) == 1
+    # the arena, a bf16 reference, level 2: 99.3 GiB fit the host; the GPU's update does not with AdamW's foreach
+    # step (sqrt(v) of all 7.6B parameters at once), and does with the fused step (auto's choice on a GPU)
+    assert plan_main(flags + ["actor.adamw_impl=foreach"], 139.8, 1, 125.85) == 1
     out = capsys.readouterr().out
     assert "99.30   fits" in out and "does not fit; each of these alone would" in out
+    assert plan_main(flags, 139.8, 1, 125.85) == 0
+    out = capsys.readouterr().out
+    assert "99.30   fits" in out and "AdamW step" not in out
     assert plan_main(flags, 139.8, 1, -1.0) == 2

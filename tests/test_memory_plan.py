@@ -254,10 +254,11 @@ def replace_ref_dtype(cfg, dtype):
     return dataclasses.replace(cfg, ref=dataclasses.replace(cfg.ref, param_dtype=dtype))
 
 
-def _step_config(args, ref_param_dtype="float32"):
+def _step_config(args, ref_param_dtype="float32", adamw_impl="foreach"):
     """The config gpu_grpo_step.py built (its config_overrides), from the JSON's recorded args. The reference's dtype:
-    the JSON's ``ref_param_dtype`` (runs before the tenth session held it in fp32)."""
-    overrides = [f"ref.param_dtype={ref_param_dtype}", "model.dtype=bfloat16", f"model.gradient_checkpointing={args['gradient_checkpointing']}",
+    the JSON's ``ref_param_dtype`` (runs before the tenth session held it in fp32); AdamW's implementation: the
+    JSON's ``adamw_impl`` (runs before the eleventh session ran torch's default on CUDA, foreach)."""
+    overrides = [f"ref.param_dtype={ref_param_dtype}", f"actor.adamw_impl={adamw_impl}", "model.dtype=bfloat16", f"model.gradient_checkpointing={args['gradient_checkpointing']}",
                  f"data.train_batch_size={args['prompts']}", f"data.max_prompt_length={args['prompt_len']}",
                  f"rollout.tensor_parallel_size={args.get('tp', 1)}", f"rollout.n={args['n']}",
                  f"rollout.max_new_tokens={args['response_len']}",
@@ -290,7 +291,8 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
     recorded = run["mean"]["peak_allocated_gib"]
     old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
     shape = QWEN_7B if args.get("shape") == "qwen2.5-7b" else QWEN_1P5B
-    plan = plan_memory(_step_config(args, run.get("ref_param_dtype", "float32")), shape, H200_BYTES,
+    plan = plan_memory(_step_config(args, run.get("ref_param_dtype", "float32"), run.get("adamw_impl", "foreach")),
+                       shape, H200_BYTES,
                        Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
     # The allocator's peak counts vLLM's sleep-mode pool while it is unmapped (the JSON's note): in the update the
@@ -518,3 +520,21 @@ def test_the_plan_refuses_the_7b_update_that_ran_out_of_device_memory_in_the_ada
     assert update.terms["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] == 4 * 7615616512
     assert not any(k.startswith("activations") for k in update.terms)
     assert update.allocated / GIB == pytest.approx(146.5, abs=0.1) and not update.fits
+
+
+def test_the_same_7b_update_fits_with_the_fused_or_for_loop_adamw_step():
+    """The layout above with ``actor.adamw_impl`` fused (auto on a GPU: no temporaries) or for_loop (one parameter's
+    sqrt(v) and quotient at a time, 8 x the largest parameter, the 152064 x 3584 head: 4.06 GiB, less than the
+    activations 4.07 + head 5.66 GiB it would replace): the backward's terms stay, 146.5 - 28.37 + 9.73 = 127.9 GiB,
+    which fits the 139.8 GiB device."""
+    run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
+    for impl in ("fused", "for_loop"):
+        update = plan_memory(_step_config(run["args"], run["ref_param_dtype"], impl), QWEN_7B, H200_BYTES,
+                             Placement()).phase("update")
+        assert not any(k.startswith("AdamW step") for k in update.terms), impl
+        assert update.allocated / GIB == pytest.approx(127.9, abs=0.1) and update.fits, impl
+    from reasonrl.memory.terms import adamw_step_bytes
+
+    assert adamw_step_bytes("for_loop", 7615616512, 152064 * 3584, 2) == 4 * 152064 * 3584
+    assert adamw_step_bytes("foreach", 7615616512, 152064 * 3584, 2) == 2 * 7615616512
+    assert adamw_step_bytes("fused", 7615616512, 152064 * 3584, 2) == 0.0

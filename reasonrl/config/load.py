@@ -20,6 +20,7 @@ from .ranges import FIELD_RANGES
 from .reward_sources_schema import validate_reward_sources
 from .schema import Config
 from .token_budget import validate_token_budgets
+from .worker_plan import ADAMW_IMPLS
 
 
 class ConfigError(ValueError):
@@ -149,6 +150,7 @@ def validate(cfg: Config) -> None:
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
     need(cfg.rollout.sleep_level in (0, 1, 2), "rollout.sleep_level", "must be 0 (auto), 1 or 2")
     need(cfg.ref.param_dtype in ("auto", "float32"), "ref.param_dtype", "must be auto or float32")
+    need(cfg.actor.adamw_impl in ADAMW_IMPLS, "actor.adamw_impl", f"must be one of {', '.join(ADAMW_IMPLS)}")
     check_env_config(cfg, need)
     from .combinations import combination_problems  # the rules between features (the RunPlan runs them too)
 

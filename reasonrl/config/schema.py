@@ -174,6 +174,12 @@ class ActorConfig:
     ``micro_batch_size_per_worker`` rows. A row longer than the budget runs alone. 0: fixed row counts. The loss
     stays the mini-batch's exact token (or sequence) mean whatever the grouping. ``auto``: the largest budget the
     memory plan says fits the device, chosen at start-up (docs/performance.md)."""
+    adamw_impl: str = "auto"
+    """How torch runs AdamW's step for the actor (and the critic, which shares the actor's betas and weight decay):
+    auto (fused on a GPU, torch's for-loop on the CPU), fused (one kernel over many parameters, nothing allocated
+    beside the moments), foreach (torch's default on a GPU: it takes sqrt of every second moment at once, a float32
+    temporary the size of the trained parameters, which ran the 7B full fine-tune out of device memory:
+    benchmarks/README.md, tenth session) or for_loop (one parameter at a time)."""
     compile: bool = False
     """torch.compile each decoder layer of the actor (regional compilation, before FSDP2 sharding): faster
     updates once compiled; the first steps pay the compile time, and the first new sequence length recompiles once

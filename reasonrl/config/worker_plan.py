@@ -37,6 +37,20 @@ def engine_sleep_level(cfg) -> int:
     return 1 if adapter_only_sync(cfg) else 2
 
 
+ADAMW_IMPLS = ("auto", "fused", "foreach", "for_loop")
+"""``actor.adamw_impl``'s values."""
+
+
+def adamw_impl(cfg, device: str) -> str:
+    """``actor.adamw_impl`` resolved for ``device`` ("cuda" or "cpu"): auto is fused on CUDA (one kernel per group of
+    parameters, no temporaries beside the moments) and torch's own default elsewhere, the for-loop (torch takes
+    foreach only when every tensor is on an accelerator); an explicit value as set."""
+    impl = cfg.actor.adamw_impl
+    if impl != "auto":
+        return impl
+    return "fused" if device == "cuda" else "for_loop"
+
+
 def adapter_only_sync(cfg) -> bool:
     """Whether weight syncs send the LoRA adapter alone (``actor.lora.rank`` > 0 and not ``merge_for_rollout``)."""
     return cfg.actor.lora.rank > 0 and not cfg.actor.lora.merge_for_rollout

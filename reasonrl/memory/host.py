@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from .shape import ModelShape
-from .terms import GIB, compute_dtype_bytes
+from .terms import GIB, compute_dtype_bytes, trained_of
 
 RAY_KILL_THRESHOLD = 0.95
 """Ray's default ``RAY_memory_usage_threshold``: the share of the node's memory past which it kills a worker."""
@@ -88,21 +88,18 @@ def plan_host_memory(cfg: Any, model_config: Mapping[str, Any], host_bytes: floa
     from reasonrl.config.worker_plan import engine_sleep_level
 
     shape = ModelShape.from_config_json(model_config)
-    P, W = shape.parameter_count(), world_size
+    W = world_size
     ranks = world_size if ranks_on_host is None else ranks_on_host
     dt = compute_dtype_bytes(cfg, "cuda")
-    a, lora = cfg.actor, cfg.actor.lora.rank > 0
-    Pa = shape.lora_parameters(a.lora.rank, a.lora.target_modules) if lora else 0
-    trained = Pa if lora else P
+    a, tr = cfg.actor, trained_of(cfg, shape, dt)
     t: Dict[str, float] = {}
     if a.offload_params:
-        t["actor weights (fp32 shards, pinned arena)"] = 4 * (P + Pa) / W
+        t["actor weights (fp32 shards, pinned arena)"] = 4 * (tr.P + tr.Pa) / W
     if a.offload_optimizer:
-        t["actor AdamW moments (2 x fp32, pinned arena)"] = 8 * trained / W
-    has_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
-    if has_ref and not lora and cfg.ref.offload_params:
-        ref_bytes = 4 if cfg.ref.param_dtype == "float32" else dt
-        t[f"reference weights ({'fp32' if ref_bytes == 4 else 'dt'} shards, pinned arena)"] = ref_bytes * P / W
+        t["actor AdamW moments (2 x fp32, pinned arena)"] = 8 * tr.trained / W
+    if tr.ref_copy and cfg.ref.offload_params:
+        label = f"reference weights ({'fp32' if tr.ref_bytes == 4 else 'dt'} shards, pinned arena)"
+        t[label] = tr.ref_bytes * tr.P / W
     if cfg.algorithm.adv_estimator == "gae":
         Pc = shape.critic_parameter_count()
         if cfg.critic.offload_params:

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 from .shape import ModelShape
-from .terms import (CUDA_CONTEXT_BYTES, activation_bytes, adamw_step_bytes, compute_dtype_bytes, engine_terms,
-                    head_backward_bytes, head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes,
-                    packed_mask_bytes)
+from .terms import (ADAMW_STEP_LABELS, CUDA_CONTEXT_BYTES, activation_bytes, adamw_step_bytes, compute_dtype_bytes,
+                    engine_terms, head_backward_bytes, head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes,
+                    packed_mask_bytes, trained_of)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     (``actor.offload_params``/``offload_optimizer``, ``ref.offload_params``, ``critic.offload_*``) keeps a term
     only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
     layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,
-    whichever is larger, or, when larger than those, the AdamW step's temporaries (``adamw_step_bytes``). The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
+    whichever is larger, or, when larger than those, the AdamW step's temporaries (``adamw_step_bytes``, by
+    ``actor.adamw_impl``). The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
     and the largest full parameter before the KV cache wakes. ``trainer.mode=async``: no engine on the actor's
     devices; its ``weight_send`` phase (rank 0 broadcasting) holds a bucket (at least the largest full parameter,
     which travels alone when larger), its packed copy and the next gathered parameter.
@@ -156,15 +157,11 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     else:
         engine, generating, sleeps, notes = engine_terms(cfg, shape, p.tensor_parallel_size, p.device, dev, dt, rows,
                                                          P)
-    has_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
     a = cfg.actor
-    lora = a.lora.rank > 0
-    Pa = shape.lora_parameters(a.lora.rank, a.lora.target_modules) if lora else 0
-    trained = Pa if lora else P  # what the optimizer holds and the update's gradients cover
+    tr = trained_of(cfg, shape, dt)
+    has_ref, lora, Pa, trained, ref_copy, ref_bytes = tr.has_ref, tr.lora, tr.Pa, tr.trained, tr.ref_copy, tr.ref_bytes
     trained_layer = shape.lora_layer_parameters(a.lora.rank, a.lora.target_modules) if lora \
         else shape.layer_parameters()
-    ref_copy = has_ref and not lora  # with LoRA the reference is the actor with its adapters off
-    ref_bytes = 4 if cfg.ref.param_dtype == "float32" else dt  # workers/policy.reference_param_dtype
     adapters = ", adapters" if lora else ""
     root = shape.root_parameters() * dt
     layer_gather = 2 * shape.layer_parameters() * dt
@@ -200,8 +197,15 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
             t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)
         return PhasePlan(phase, t, overhead, dev)
 
+    from reasonrl.config.worker_plan import adamw_impl
+
+    impl = adamw_impl(cfg, p.device)
+    h, i, V = shape.hidden_size, shape.intermediate_size, shape.vocab_size
+    largest_full = max(V * h, h * i)  # the embedding (or head) or an MLP weight
+
     def training_pass(phase: str, budget: int, Pm: int, label: str, head: bool, entropy: bool,
-                      compiled: bool, reduced_layer: int, extra_per_token_layer: float = 0.0) -> PhasePlan:
+                      compiled: bool, reduced_layer: int, extra_per_token_layer: float = 0.0,
+                      largest_trained: int = largest_full) -> PhasePlan:
         tokens, resp = micro_batch_tokens(cfg, mini_rows, budget)
         t = {**resident(phase), **({} if sleeps else awake()),
              f"{label} gradients (fp32 shards)": 4 * Pm / W, f"{label} root (unsharded, dt)": root,
@@ -215,11 +219,11 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         if packed_mask_bytes(cfg, tokens):
             t["packed attention mask (N x N)"] = packed_mask_bytes(cfg, tokens)
         backward = [k for k in t if k.startswith(("activations", "log-prob head", "packed attention"))]
-        step = adamw_step_bytes(Pm, W)
+        step = adamw_step_bytes(impl, Pm, largest_trained, W)
         if step > sum(t[k] for k in backward):  # the optimizer step, after the backward freed them, is the peak
             for k in backward:
                 del t[k]
-            t["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] = step
+            t[f"AdamW step temporaries ({ADAMW_STEP_LABELS[impl]}, fp32)"] = step
         return PhasePlan(phase, t, overhead, dev)
 
     phases = [PhasePlan("rollout", {**resident("rollout"), **awake(), **generating}, overhead, dev)]
@@ -237,15 +241,15 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     own_old = not old_pass
     lora_saved = shape.lora_activation_delta_per_token_layer(a.lora.rank, a.lora.target_modules, dt) if lora else 0.0
     phases.append(training_pass("update", a.max_tokens_per_micro_batch, trained, f"actor{adapters}", True,
-                                own_old or cfg.algorithm.entropy_coef != 0, a.compile, trained_layer, lora_saved))
-    largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
+                                own_old or cfg.algorithm.entropy_coef != 0, a.compile, trained_layer, lora_saved,
+                                a.lora.rank * max(h, i) if lora else largest_full))
+    largest = largest_full * dt
     bucket = cfg.rollout.weight_sync_bucket_mb * 2**20
     if engine:
         sync = {**resident("weight_sync"), **awake()}
         if lora and not a.lora.merge_for_rollout:  # workers/lora_sync.py: the adapter alone, gathered at once
             sync["LoRA adapter (gathered, fp32)"] = 4 * Pa
         elif lora:  # models/lora.merged_tensors: W, B A and W + B A in fp32, then the merged copy in dt
-            h, i, V = shape.hidden_size, shape.intermediate_size, shape.vocab_size
             sync["weight sync bucket + largest parameter merged (fp32)"] = bucket + max(V * h * (4 + dt),
                                                                                         h * i * (12 + dt))
         else:

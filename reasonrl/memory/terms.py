@@ -1,6 +1,7 @@
 """The rule behind each term of the memory plan, one function per term (bytes; notation in ``reasonrl.memory``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 from .shape import ModelShape
@@ -27,6 +28,43 @@ def compute_dtype_bytes(cfg: Any, device: str) -> int:
     if d == "float32":
         return 4
     raise ValueError(f"model.dtype={d!r}: the memory plan knows auto, bfloat16, float16, float32")
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a run trains and keeps beside it, as both memory plans (device, host) count it."""
+
+    P: int
+    """The model's parameters."""
+    Pa: int
+    """LoRA's adapter parameters (0 without LoRA)."""
+    has_ref: bool
+    """A reference pass runs (``algorithm.use_kl_loss`` or ``kl_in_reward``)."""
+    ref_bytes: int
+    """Bytes per reference parameter (``ref.param_dtype``: 4 for float32, else the compute dtype's;
+    ``workers/policy.reference_param_dtype`` is its torch twin)."""
+
+    @property
+    def lora(self) -> bool:
+        return self.Pa > 0
+
+    @property
+    def trained(self) -> int:
+        """The parameters the optimizer holds and the update's gradients cover (LoRA: the adapters)."""
+        return self.Pa if self.lora else self.P
+
+    @property
+    def ref_copy(self) -> bool:
+        """A separate reference model exists (with LoRA the reference is the actor with its adapters off)."""
+        return self.has_ref and not self.lora
+
+
+def trained_of(cfg: Any, shape: ModelShape, dt: int) -> Trained:
+    """``Trained`` for this config and model; ``dt``: the compute dtype's bytes (``compute_dtype_bytes``)."""
+    a = cfg.actor
+    Pa = shape.lora_parameters(a.lora.rank, a.lora.target_modules) if a.lora.rank > 0 else 0
+    return Trained(shape.parameter_count(), Pa, bool(cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward),
+                   4 if cfg.ref.param_dtype == "float32" else dt)
 
 
 def micro_batch_tokens(cfg: Any, rows_available: int, budget: int) -> Tuple[int, int]:
@@ -90,13 +128,26 @@ def no_grad_forward_bytes(shape: ModelShape, tokens: int, response_tokens: int, 
     return 2 * tokens * shape.hidden_size * dt + max(mlp, top)
 
 
-def adamw_step_bytes(trained: int, world_size: int) -> float:
-    """torch's AdamW step (``foreach``, the default on CUDA) computes sqrt(v) for every parameter at once: a float32
-    copy of the second moments, 4 x trained / W, beside the gradients once the backward's activations are freed.
-    Measured: the 7B full fine-tune of benchmarks/results/s10_7b_full_params_on_gpu.json ran out of device memory in
-    ``torch._foreach_sqrt`` with the update planned at 128.8 of 139.8 GiB (its activations and head, 9.7 GiB, are
-    gone by then; the step adds 28.4)."""
-    return 4 * trained / world_size
+ADAMW_STEP_LABELS = {"foreach": "foreach: every sqrt(v) at once", "for_loop": "for-loop: one parameter's sqrt(v)",
+                     "fused": "fused: none"}
+"""How the plan names the AdamW step's temporaries, per resolved ``actor.adamw_impl``."""
+
+
+def adamw_step_bytes(impl: str, trained: int, largest: int, world_size: int) -> float:
+    """The temporaries of AdamW's step beside the moments and gradients, for a resolved ``actor.adamw_impl``:
+
+    - foreach (torch's default on CUDA) computes sqrt(v) for every parameter at once: a float32 copy of the second
+      moments, 4 x trained / W. Measured: the 7B full fine-tune of benchmarks/results/s10_7b_full_params_on_gpu.json
+      ran out of device memory in ``torch._foreach_sqrt`` with the update planned at 128.8 of 139.8 GiB (its
+      activations and head, 9.7 GiB, are gone by then; the step adds 28.4);
+    - for_loop: one parameter at a time, sqrt(v) and its quotient by the bias correction alive together: 8 x the
+      largest trained parameter / W;
+    - fused: none (the kernel updates the moments and parameters in place)."""
+    if impl == "foreach":
+        return 4 * trained / world_size
+    if impl == "for_loop":
+        return 8 * largest / world_size
+    return 0.0
 
 
 def packed_mask_bytes(cfg: Any, tokens: int) -> float:

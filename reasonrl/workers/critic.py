@@ -29,6 +29,7 @@ from reasonrl.models.value_head import ValueModel, load_value_state_dict, micro_
 from .dispatch import ONE_TO_ALL, SPLIT_BATCH, SPLIT_METRICS, dispatch
 from .distributed import all_reduce_max, start_rank
 from .fsdp import Offloader, full_state_dict, load_full_state_dict, shard_model
+from .optim import build_adamw
 from .update_loop import run_update
 
 
@@ -54,9 +55,7 @@ class CriticWorker:
             self.model.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False
         shard_model(self.model, self.mesh, self.device, torch_dtype(self.cfg.model.dtype, self.device))
-        a = self.cfg.actor
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, betas=tuple(a.betas),
-                                           weight_decay=a.weight_decay)
+        self.optimizer = build_adamw(self.model.parameters(), self.cfg, c.lr, self.device)
         self.offload = Offloader("critic", self.model, self.device, c.offload_params, self.optimizer,
                                  c.offload_optimizer)
         self.offload.offload()

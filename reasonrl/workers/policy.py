@@ -21,6 +21,7 @@ from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, t
 
 from .distributed import all_reduce_max
 from .fsdp import Offloader, compile_decoder_layers, fix_gradient_dtypes, shard_model
+from .optim import build_adamw
 
 
 def reference_param_dtype(cfg, compute_dtype: torch.dtype) -> torch.dtype:
@@ -80,11 +81,11 @@ class Policy:
     @classmethod
     def actor(cls, model: torch.nn.Module, cfg, batch_plan: BatchPlan, device: str, world_size: int,
               trainable_params=None) -> "Policy":
-        """The actor: AdamW over ``trainable_params`` (default: all the model's parameters; LoRA: the adapters'),
-        a linear warm-up of ``actor.warmup_steps`` then constant, and the actor's offload settings."""
+        """The actor: AdamW (``optim.build_adamw``) over ``trainable_params`` (default: all the model's parameters;
+        LoRA: the adapters'),        a linear warm-up of ``actor.warmup_steps`` then constant, and the actor's offload settings."""
         a = cfg.actor
         params = list(trainable_params if trainable_params is not None else model.parameters())
-        optimizer = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.betas), weight_decay=a.weight_decay)
+        optimizer = build_adamw(params, cfg, a.lr, device)
         warmup = max(0, a.warmup_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
