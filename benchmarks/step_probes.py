@@ -105,14 +105,17 @@ class BenchWorker(ActorRolloutRefWorker):
     def bench_perturb(self, scale: float, seed: int = 123) -> int:
         """Add N(0, scale^2) noise to every *trained* actor parameter (so a stale engine is visibly stale). Only the
         parameters the optimizer moves: with LoRA the base weights are frozen and adapter-only sync never sends them,
-        so perturbing them would make any engine look stale (the check would fail however right the sync is)."""
+        so perturbing them would make any engine look stale (the check would fail however right the sync is). The
+        noise is drawn on the worker's device and added where each shard lives (host memory when
+        ``actor.offload_params`` has offloaded it: the eleventh session's 7B run failed here with a CUDA generator)."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
         count = 0
         for p in self.actor.parameters():
             if not p.requires_grad:
                 continue
             local = p.to_local() if hasattr(p, "to_local") else p
-            local.add_(torch.randn(local.shape, generator=gen, device=local.device, dtype=local.dtype) * scale)
+            noise = torch.randn(local.shape, generator=gen, device=self.device, dtype=local.dtype) * scale
+            local.add_(noise.to(local.device))
             count += 1
         return count
 

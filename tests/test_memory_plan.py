@@ -281,11 +281,25 @@ QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, nu
                tie_word_embeddings=False)
 
 
+def _freed_by_sleep_gib(run) -> float:
+    """What the engine's sleep gave back, GiB: the weight-sync check's measurement, or where the check did not run
+    (s11_7b_full_offload_fused failed in it, after its steps), the device's use at the end of the timed step's
+    rollout less at the end of its sleep (the step probes')."""
+    if run.get("checks"):
+        return run["checks"]["memory"]["freed_by_sleep_gib"]
+    probes = run["steps"][0]["memory_gib"]
+    return probes["rollout"][0]["device_used_gib"] - probes["sleep"][0]["device_used_gib"]
+
+
 @pytest.mark.parametrize("name", ["gpu_step_1p5b_n1", "gpu_step_1p5b_n1_shared", "gpu_step_1p5b_n2",
-                                  "gpu_grpo_step", "s9_full", "s9_lora16", "s9_7b_lora16", "s10_lora64"])
+                                  "gpu_grpo_step", "s9_full", "s9_lora16", "s9_7b_lora16", "s10_lora64",
+                                  "s11_7b_full_fused", "s11_7b_full_offload_fused", "s11_lora16_merged",
+                                  "s11_7b_lora64", "s11_1p5b_full_fused"])
 def test_plan_within_15_percent_of_the_recorded_step(name):
     """s9_*: the ninth session's H200 runs, full fine-tuning and LoRA rank 16 (1.5B; 7B with checkpointing); s10_lora64:
-    LoRA rank 64 with the reference in bf16 (the tenth session)."""
+    LoRA rank 64 with the reference in bf16 (the tenth session); s11_*: fused AdamW, the 7B full fine-tune (AdamW and
+    the reference offloaded; everything offloaded), LoRA rank 16 merged for the rollout, 7B LoRA rank 64, 1.5B full
+    (the eleventh session)."""
     run = json.loads((RESULTS / f"{name}.json").read_text())
     args = run["args"]
     recorded = run["mean"]["peak_allocated_gib"]
@@ -297,7 +311,7 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
                        old_log_prob_pass=old_pass)
     # The allocator's peak counts vLLM's sleep-mode pool while it is unmapped (the JSON's note): in the update the
     # physical peak is the recorded one less what sleeping freed (checks.memory.freed_by_sleep_gib, measured).
-    freed = run["checks"]["memory"]["freed_by_sleep_gib"]
+    freed = _freed_by_sleep_gib(run)
     compared = 0
     for phase in plan.phases:
         if STEP_PHASES[phase.name] not in recorded:
