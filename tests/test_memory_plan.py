@@ -258,7 +258,8 @@ def _step_config(args, ref_param_dtype="float32", adamw_impl="foreach"):
     """The config gpu_grpo_step.py built (its config_overrides), from the JSON's recorded args. The reference's dtype:
     the JSON's ``ref_param_dtype`` (runs before the tenth session held it in fp32); AdamW's implementation: the
     JSON's ``adamw_impl`` (runs before the eleventh session ran torch's default on CUDA, foreach)."""
-    overrides = [f"ref.param_dtype={ref_param_dtype}", f"actor.adamw_impl={adamw_impl}", "model.dtype=bfloat16", f"model.gradient_checkpointing={args['gradient_checkpointing']}",
+    overrides = [f"ref.param_dtype={ref_param_dtype}", f"actor.adamw_impl={adamw_impl}", "model.dtype=bfloat16",
+                 f"model.gradient_checkpointing={args['gradient_checkpointing']}",
                  f"data.train_batch_size={args['prompts']}", f"data.max_prompt_length={args['prompt_len']}",
                  f"rollout.tensor_parallel_size={args.get('tp', 1)}", f"rollout.n={args['n']}",
                  f"rollout.max_new_tokens={args['response_len']}",

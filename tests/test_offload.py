@@ -331,8 +331,8 @@ def test_fused_adamw_steps_fsdp2_shards_as_the_for_loop_does_and_its_state_moves
     assert fused_opt.defaults["fused"] and not loop_opt.defaults["fused"] and not loop_opt.defaults["foreach"]
     steps = [s["step"] for s in fused_opt.state.values()]
     assert steps and all(float(s) == 3.0 for s in steps)
-    pf, pl = full_params(fused), full_params(loop)
-    moved = [n for n in pf if not torch.equal(pf[n], full_params(tiny_model(mesh)[0])[n])]
+    pf, pl, start = full_params(fused), full_params(loop), full_params(tiny_model(mesh)[0])
+    moved = [n for n in pf if not torch.equal(pf[n], start[n])]
     assert len(moved) == len(pf)  # every parameter trained
     for name in pf:
         torch.testing.assert_close(pf[name], pl[name], rtol=0, atol=1e-6)

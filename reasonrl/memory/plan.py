@@ -117,7 +117,8 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     optimizer step on) and the reference's root is unsharded (from its first forward on).
 
     Resident terms: the actor's fp32 shards (4P/W) and AdamW moments (8P/W), the reference's shards (dt P/W;
-    4P/W with ``ref.param_dtype=float32``) and its FSDP root, kept unsharded in dt after its forward (V h (x2 untied) + h); offload
+    4P/W with ``ref.param_dtype=float32``) and its FSDP root, kept unsharded in dt after its forward (V h (x2
+    untied) + h); offload
     (``actor.offload_params``/``offload_optimizer``, ``ref.offload_params``, ``critic.offload_*``) keeps a term
     only in the phases that use it. The update adds fp32 gradients (4P/W), the actor's unsharded root, two FSDP
     layers in flight (gathered in dt, reduced in fp32), the saved activations and the head's backward or forward,

@@ -19,6 +19,6 @@ def build_adamw(params: Iterable[torch.nn.Parameter], cfg, lr: float, device: st
     """AdamW over ``params`` at ``lr`` with the actor's betas and weight decay, run as ``actor.adamw_impl`` says for
     ``device`` (the device the step runs on: an offloaded state comes back to it for the update)."""
     a = cfg.actor
-    impl = adamw_impl(cfg, "cuda" if str(device).startswith("cuda") else "cpu")
+    impl = adamw_impl(cfg, torch.device(device).type)
     return torch.optim.AdamW(list(params), lr=lr, betas=tuple(a.betas), weight_decay=a.weight_decay,
                              **adamw_flags(impl))

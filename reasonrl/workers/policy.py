@@ -82,7 +82,8 @@ class Policy:
     def actor(cls, model: torch.nn.Module, cfg, batch_plan: BatchPlan, device: str, world_size: int,
               trainable_params=None) -> "Policy":
         """The actor: AdamW (``optim.build_adamw``) over ``trainable_params`` (default: all the model's parameters;
-        LoRA: the adapters'),        a linear warm-up of ``actor.warmup_steps`` then constant, and the actor's offload settings."""
+        LoRA: the adapters'), a linear warm-up of ``actor.warmup_steps`` then constant, and the actor's offload
+        settings."""
         a = cfg.actor
         params = list(trainable_params if trainable_params is not None else model.parameters())
         optimizer = build_adamw(params, cfg, a.lr, device)
