@@ -31,3 +31,14 @@ def test_bad_settings_fail_before_the_model_loads(args, message):
     cfg, _ = load_config(["task=arith", "trainer.device=cpu", "model.path=/nonexistent/model", *args])
     with pytest.raises(EvalError, match=message):  # the plan's error, not the missing model's
         run_eval(cfg, echo=lambda _: None)
+
+
+@pytest.mark.parametrize("arg, key", [("eval.n=0", "eval.n"), ("eval.top_p=1.5", "eval.top_p"),
+                                      ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+                                      ("eval.batch_size=0", "eval.batch_size")])
+def test_single_field_ranges_are_the_configs_own(arg, key):
+    """eval.* intervals are ranges.FIELD_RANGES' (one statement of each), refused by load_config naming the key."""
+    from reasonrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(["task=arith", "trainer.device=cpu", arg])

@@ -1,4 +1,4 @@
-"""reasonrl.plot renders real PNGs from metrics.jsonl of two synthetic runs."""
+"""reasonrl.logging.plot renders real PNGs from metrics.jsonl of two synthetic runs."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from reasonrl.plot import load_metrics, plot_runs, smooth
+from reasonrl.logging.plot import load_metrics, plot_runs, smooth
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EXPECTED = ["reward", "accuracy", "response_length", "kl", "entropy", "timing"]
@@ -85,11 +85,11 @@ def test_smooth_is_a_trailing_mean():
 
 def test_cli(tmp_path):
     _write_run(tmp_path / "r1", slope=1.0, steps=5)
-    proc = subprocess.run([sys.executable, "-m", "reasonrl.plot", str(tmp_path / "r1"), "--smooth", "3"],
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.logging.plot", str(tmp_path / "r1"), "--smooth", "3"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r1" / "plots" / "kl.png").is_file()  # default --out for one run is RUN_DIR/plots
     assert len(proc.stdout.splitlines()) == 6
-    missing = subprocess.run([sys.executable, "-m", "reasonrl.plot", str(tmp_path / "nope")],
+    missing = subprocess.run([sys.executable, "-m", "reasonrl.logging.plot", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no metrics.jsonl" in missing.stderr

@@ -52,17 +52,12 @@ class EvalPlan:
 
 
 def check_sampling(cfg: Config) -> None:
-    """Reject sampling settings that cannot give meaningful pass@k."""
+    """Reject sampling settings that cannot give meaningful pass@k (the single fields' intervals are
+    ``config/ranges.py``'s, checked by ``load_config``; these rules relate two fields)."""
     e = cfg.eval
-    if e.n < 1:
-        raise EvalError(f"eval.n must be >= 1, got {e.n}")
     if e.temperature <= 0 and e.n > 1:
         raise EvalError(f"eval.temperature={e.temperature} (greedy) with eval.n={e.n} would repeat one answer "
                         f"{e.n} times; use eval.n=1 for greedy, or eval.temperature>0 for sampling")
-    if not 0 < e.top_p <= 1:
-        raise EvalError(f"eval.top_p must be in (0, 1], got {e.top_p}")
-    if e.max_new_tokens < 1 or e.batch_size < 1:
-        raise EvalError("eval.max_new_tokens and eval.batch_size must be >= 1")
     bad_k = [k for k in e.k if not 1 <= k <= e.n]
     if not e.k or bad_k:
         raise EvalError(f"eval.k needs values between 1 and eval.n ({e.n}); got {list(e.k)}")

@@ -134,11 +134,6 @@ def world_size_for(cfg: Config, device: str) -> int:
     return max(1, torch.cuda.device_count() - rollout_gpus) if device == "cuda" else 1
 
 
-def batch_size_table(cfg: Config, world_size: int) -> List[tuple]:
-    """The derived sizes printed at start-up (``BatchPlan.table``)."""
-    return BatchPlan.from_config(cfg, world_size).table()
-
-
 def rollout_logprobs_wanted(cfg: Config) -> bool:
     """Whether training rollouts ask the engine for log-probs (``rollout.logprobs``; None: only when TIS or the
     weight-sync check uses them)."""
@@ -169,11 +164,6 @@ def check_context_length(cfg: Config, context: Optional[int]) -> None:
         raise ConfigError(f"config key 'rollout.max_new_tokens': data.max_prompt_length ({cfg.data.max_prompt_length})"
                           f" + rollout.max_new_tokens ({cfg.rollout.max_new_tokens}) = {need} exceeds the model's "
                           f"context of {context} tokens ({cfg.model.path})")
-
-
-def check_divisibility(cfg: Config, world_size: int) -> None:
-    """Every rank gets the same work (``BatchPlan.check``): a ValueError naming the keys otherwise."""
-    BatchPlan.from_config(cfg, world_size).check()
 
 
 def model_config_json(model_path: str) -> Dict:

@@ -1,4 +1,4 @@
-"""Plot runs from their metrics.jsonl: ``python -m reasonrl.plot RUN_DIR [RUN_DIR ...] [--out DIR]``.
+"""Plot runs from their metrics.jsonl: ``python -m reasonrl.logging.plot RUN_DIR [RUN_DIR ...] [--out DIR]``.
 
 Writes reward.png, accuracy.png, response_length.png, kl.png, entropy.png (several runs overlaid, one legend
 entry per run; validation points dashed with markers) and timing.png (per-phase ``timing_s/<phase>`` stacked,
@@ -191,7 +191,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth_window
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reasonrl.plot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m reasonrl.logging.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each has metrics.jsonl)")
     parser.add_argument("--out", default=None,
                         help="where PNGs go (default: RUN_DIR/plots for one run, ./plots for several)")
