@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
 ROOT = lc.ROOT

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
 ROOT = lc.ROOT

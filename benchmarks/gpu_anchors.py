@@ -18,15 +18,14 @@ import json
 import os
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_grpo_step import RESULTS, SHAPES, exit_with_status, recorded, write, write_random_model  # noqa: E402
+from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
+from reasonrl.bench.shapes import SHAPES, write_random_model  # noqa: E402
 
 
 def timed_generate(llm, prompts, params) -> dict:

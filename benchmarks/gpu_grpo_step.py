@@ -10,12 +10,12 @@ The run is the trainer's own: the config comes from ``load_config`` (overrides b
 ``--tp T`` ranks per vLLM engine; ``--backend in-process``: the same worker in this process, world size 1) and each
 timed step is ``Trainer.train_step()``; nothing of the step is copied here. The model is saved as a HF directory
 (``model.path=``), the prompts as a jsonl dataset of exactly ``--prompt-len`` tokens each (``data.train_files=``,
-``step_workload.py``), scored by the ``bench_random`` verifier plugin (a hash of the response: a random-weight
+``reasonrl/bench/workload.py``), scored by the ``bench_random`` verifier plugin (a hash of the response: a random-weight
 model writes no answers; verification is measured by the CPU benchmarks).
 
 Response lengths: the plan's training sampling gets ``ignore_eos`` (``SamplingParams.ignore_eos``, a field of the
 engine seam), so every response runs to ``rollout.max_new_tokens = --response-len``. ``--length-dist longtail``
-gives each sample its own ``max_tokens`` from ``length_dist.py`` (the same lengths as ``gpu_trl_anchor.py
+gives each sample its own ``max_tokens`` from ``reasonrl/bench/lengths.py`` (the same lengths as ``gpu_trl_anchor.py
 --length-dist longtail``) by wrapping the worker's own vLLM ``LLM.generate`` (``BenchWorker.bench_set_lengths``);
 vLLM only.
 
@@ -23,7 +23,7 @@ Per step the JSON keeps the fields of the earlier script where they mean the sam
 step's ``timing_s/*``: rollout, verify, old_log_probs when the plan runs it, ref_log_probs, advantages, sleep,
 update_actor, weight_sync, step; the wake is part of weight_sync), tokens/s (rollout, update, per GPU), update MFU (6
 x params x tokens/s over 989 TFLOP/s, H200 dense bf16), weight-sync bytes, and per phase, per rank the peak of
-torch's allocator and the device memory in use at its end (``step_probes.MemoryProbedGroup``; GPU only). Then the
+torch's allocator and the device memory in use at its end (``reasonrl.bench.probes.MemoryProbedGroup``; GPU only). Then the
 same engine's bare ``LLM.generate`` on the same prompts (the in-process vLLM anchor), a profile of one micro-batch,
 and two correctness checks: the engine's log-probs of a sampled sequence equal the actor's after a sync (and differ
 before it, once the actor has been perturbed), and device memory drops on sleep. The results are written after every
@@ -45,15 +45,13 @@ from typing import Any, Dict, List
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from bench_model import (BENCH_DIR, GIB, H200_BF16_DENSE_FLOPS, RESULTS, SHAPE_ALIASES, SHAPES,  # noqa: E402,F401
-                         build_tokenizer, exit_with_status, parameter_count, recorded, trainer_model_dir, write,
-                         write_random_model)
-from step_summary import mean_of, summarize_step  # noqa: E402
-from step_workload import use_bench_reward, write_prompt_dataset  # noqa: E402
+from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
+from reasonrl.bench.shapes import SHAPE_ALIASES, SHAPES, parameter_count, trainer_model_dir  # noqa: E402
+from reasonrl.bench.summary import mean_of, summarize_step  # noqa: E402
+from reasonrl.bench.workload import use_bench_reward, write_prompt_dataset  # noqa: E402
 
 
 def config_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool) -> List[str]:
@@ -99,7 +97,7 @@ def benchmark_plan(cfg, args):
 def make_backend(args, on_gpu: bool):
     """The trainer's backend with ``BenchWorker`` as the actor worker, its actor group memory-probed."""
     from reasonrl.trainer.backends import InProcessBackend, RayBackend
-    from step_probes import BenchWorker, ProbedBackend
+    from reasonrl.bench.probes import BenchWorker, ProbedBackend
 
     if args.backend == "in-process":
         if args.workers != 1 or args.tp != 1:
@@ -123,7 +121,7 @@ def parse_args(argv=None):
     p.add_argument("--prompt-len", type=int, default=256, help="tokens of every prompt (data.max_prompt_length)")
     p.add_argument("--response-len", type=int, default=1024, help="rollout.max_new_tokens")
     p.add_argument("--length-dist", choices=["fixed", "longtail"], default="fixed",
-                   help="response lengths: all --response-len, or long-tailed up to --response-len (length_dist.py)")
+                   help="response lengths: all --response-len, or long-tailed up to --response-len (reasonrl/bench/lengths.py)")
     p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
     p.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="rollout.engine (hf: CPU dry runs)")
     p.add_argument("--backend", choices=["ray", "in-process"], default="ray",
@@ -236,13 +234,13 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
     write(args.out, result)
     print(f"{args.workers} worker(s) up in {result['setup_s']['trainer_init']:.1f} s: {result['workers']}", flush=True)
     if args.engine == "vllm":  # the engine's memory share and KV-cache room, for setting it beside TRL's
-        result["engine"] = trainer.workers.bench_engine_facts(str(BENCH_DIR))
+        result["engine"] = trainer.workers.bench_engine_facts()
         print(f"engine: {json.dumps(result['engine'])}", flush=True)
     if args.length_dist != "fixed":
-        from length_dist import response_lengths
+        from reasonrl.bench.lengths import response_lengths
 
         drawn = response_lengths(args.length_dist, args.prompts * args.n, args.response_len, args.length_median, 0)
-        trainer.workers.bench_set_lengths(str(BENCH_DIR), drawn)
+        trainer.workers.bench_set_lengths(drawn)
         result["response_lengths"] = {"dist": args.length_dist, "sum": sum(drawn), "max": max(drawn),
                                       "median": sorted(drawn)[len(drawn) // 2]}
     steps: List[Dict[str, Any]] = []
@@ -272,7 +270,7 @@ def after_steps(trainer, args, result: Dict[str, Any], on_gpu: bool, wall_start:
     """The in-process vLLM anchor and a profile of one micro-batch (``--anchor``), then the correctness checks
     (vLLM only)."""
     group = trainer.workers
-    sample = group.last_sample  # the first response of the last step (step_probes.MemoryProbedGroup)
+    sample = group.last_sample  # the first response of the last step (reasonrl.bench.probes.MemoryProbedGroup)
     if args.engine != "vllm":
         result["checks"] = {"skipped": "the anchor and the weight-sync checks need the vLLM engine"}
         return

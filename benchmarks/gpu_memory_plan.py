@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_update_mfu import synthetic_batch, write_random_model  # noqa: E402
+from reasonrl.bench.shapes import write_random_model  # noqa: E402
+from reasonrl.bench.update_worker import synthetic_batch  # noqa: E402
 
 import reasonrl.workers.actor_rollout_ref as worker_module  # noqa: E402
 from reasonrl.config import Config  # noqa: E402

@@ -5,7 +5,7 @@ packed, on a random-weight Qwen2.5-1.5B-shaped model -> JSON.
         [--prompt-len 256] [--median 400] [--max-len 2048] [--budget 16384] [--deadline-s 150]
 
 Runs the real ``ActorRolloutRefWorker`` in this process (world size 1, as ``gpu_update_mfu.py``: no vLLM, no Ray) on
-``--rows`` rows of random prompt tokens and responses whose lengths come from ``length_dist.response_lengths(
+``--rows`` rows of random prompt tokens and responses whose lengths come from ``reasonrl.bench.lengths.response_lengths(
 "longtail", ...)`` (the same draw ``gpu_grpo_step.py --length-dist longtail`` uses). Layouts, in this order:
 
 - ``padded_rows``: fixed micro-batches of ``--micro-batch`` rows, padded to the batch's longest row (the default);
@@ -28,20 +28,19 @@ import gc
 import os
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from gpu_grpo_step import SHAPES, exit_with_status, parameter_count, recorded, write, write_random_model  # noqa: E402
-from gpu_update_mfu import H200_BF16_DENSE_FLOPS, make_worker, timed  # noqa: E402
-from length_dist import response_lengths  # noqa: E402
+from reasonrl.bench.lengths import response_lengths  # noqa: E402
+from reasonrl.bench.records import exit_with_status, recorded, write  # noqa: E402
+from reasonrl.bench.shapes import H200_BF16_DENSE_FLOPS, SHAPES, parameter_count, write_random_model  # noqa: E402
+from reasonrl.bench.update_worker import make_worker, timed  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 

@@ -16,7 +16,7 @@ no leftover vLLM engine or process group):
 * ``generate``: plain ``transformers`` ``generate``; full length with ``min_new_tokens`` (EOS suppressed).
 
 ``--length-dist longtail`` (colocate mode only; with ``--response-len 2048``) gives each sample its own length, the
-same lengths as ``gpu_grpo_step.py --length-dist longtail`` (``benchmarks/length_dist.py``: ``vllm.LLM.generate`` is
+same lengths as ``gpu_grpo_step.py --length-dist longtail`` (``reasonrl/bench/lengths.py``: ``vllm.LLM.generate`` is
 wrapped before TRL builds its engine, so each of TRL's requests stops at its drawn length, EOS ignored).
 
 Per mode: ``--warmup`` (``--generate-warmup``) steps, then ``--steps`` (colocate) or ``--generate-steps`` (generate)
@@ -80,11 +80,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from gpu_grpo_step import RESULTS, SHAPES, build_tokenizer, write, write_random_model  # noqa: E402,F401
-from length_dist import response_lengths, with_per_sample_lengths  # noqa: E402
+from reasonrl.bench.lengths import response_lengths, with_per_sample_lengths  # noqa: E402
+from reasonrl.bench.records import RESULTS, write  # noqa: E402
+from reasonrl.bench.shapes import SHAPES, build_tokenizer, write_random_model  # noqa: E402
 
 GIB = float(1 << 30)
 MODES = ("colocate", "generate")
@@ -354,7 +354,7 @@ def run_mode(mode: str, args) -> int:
                         f"{a.steps_per_generation})"),
         }
         if mode == "colocate":  # the engine's memory share and KV-cache room, for setting it beside ours
-            from engine_facts import vllm_engine_facts
+            from reasonrl.bench.engine_facts import vllm_engine_facts
 
             llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
             data["engine"] = vllm_engine_facts(llm) if llm is not None else {"error": "no trainer.vllm_generation.llm"}
@@ -393,7 +393,7 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--response-len", type=int, default=1024)
     p.add_argument("--length-dist", choices=["fixed", "longtail"], default="fixed",
-                   help="response lengths: all --response-len, or long-tailed up to it (length_dist.py)")
+                   help="response lengths: all --response-len, or long-tailed up to it (reasonrl/bench/lengths.py)")
     p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
     p.add_argument("--micro-batch", type=int, default=8, help="per_device_train_batch_size (rows; ours: 8)")
     p.add_argument("--beta", type=float, default=0.001, help="KL coefficient (> 0: TRL runs a reference model)")

@@ -29,102 +29,29 @@ import gc
 import json
 import os
 import platform
-import random
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 import reasonrl.models.forward as forward_module  # noqa: E402
-from gpu_grpo_step import SHAPES, exit_with_status, parameter_count, recorded, write, write_random_model  # noqa: E402
-from reasonrl.config import load_config, to_dict  # noqa: E402
+from reasonrl.bench.records import exit_with_status, recorded, write  # noqa: E402
+from reasonrl.bench.shapes import H200_BF16_DENSE_FLOPS, SHAPES, parameter_count, write_random_model  # noqa: E402
+from reasonrl.bench.update_worker import GIB, make_worker, sync, synthetic_batch, timed  # noqa: E402
 from reasonrl.data import Batch  # noqa: E402
-from reasonrl.data.collate import collate_rollout  # noqa: E402
-from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
 from reasonrl.workers.fsdp import (offload_fsdp_model, offload_optimizer, onload_fsdp_model,  # noqa: E402
                                    onload_optimizer)
 
-H200_BF16_DENSE_FLOPS = 989e12
-GIB = float(1 << 30)
 PATHS = {  # variant name -> (fused log-probs, actor.compile)
     "baseline": (False, False),
     "fused": (True, False),
     "fused_compile": (True, True),
 }
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _reset_peak() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-
-
-def _peak_gib() -> Optional[float]:
-    return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_available() else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool,
-                extra: Sequence[str] = ()) -> ActorRolloutRefWorker:
-    """The real actor worker, world size 1, configured for the update only (no KL loss, so no reference model);
-    ``extra``: more overrides (gpu_packing.py's attention implementation and micro-batch rows)."""
-    rows_per_prompt = 8 if args.rows % 8 == 0 else 1
-    overrides = [
-        f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
-        "model.gradient_checkpointing=false",
-        f"data.train_batch_size={args.rows // rows_per_prompt}", f"rollout.n={rows_per_prompt}",
-        f"data.max_prompt_length={args.prompt_len}", f"rollout.max_new_tokens={args.response_len}",
-        "rollout.engine=hf", "actor.ppo_mini_batch_size=0", "actor.lr=1e-6", f"actor.compile={compile_layers}",
-        "algorithm.use_kl_loss=false", "algorithm.kl_in_reward=false", "algorithm.entropy_coef=0.0",
-        "trainer.profile=none", "trainer.resume=never", f"trainer.device={'cuda' if on_gpu else 'cpu'}",
-        "trainer.seed=1", *extra,
-    ]
-    cfg, _ = load_config(overrides, cuda_available=on_gpu)
-    return ActorRolloutRefWorker(to_dict(cfg), str(model_dir), rank=0, world_size=1, master_addr="127.0.0.1",
-                                 master_port=_free_port())
-
-
-def synthetic_batch(args, vocab: int) -> Batch:
-    """``--rows`` rows of random prompt and response tokens (no EOS inside), GRPO-like advantages per row."""
-    rng = random.Random(0)
-    prompts = [[rng.randrange(1, vocab - 1) for _ in range(args.prompt_len)] for _ in range(args.rows)]
-    responses = [[rng.randrange(1, vocab - 1) for _ in range(args.response_len)] for _ in range(args.rows)]
-    batch = collate_rollout(prompts, responses, [[0.0] * args.response_len] * args.rows, pad_id=vocab - 1)
-    advantages = torch.randn(args.rows, generator=torch.Generator().manual_seed(1))
-    batch["advantages"] = advantages[:, None] * batch["response_mask"]
-    batch["returns"] = batch["advantages"].clone()
-    return batch
-
-
-def timed(fn, repeats: int) -> Dict[str, Any]:
-    """Run ``fn`` ``repeats`` times (device-synchronised); seconds per call, the peak memory, the last result."""
-    _sync()
-    _reset_peak()
-    seconds = []
-    out = None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        _sync()
-        seconds.append(time.perf_counter() - start)
-    return {"seconds": seconds, "mean_s": sum(seconds) / max(1, len(seconds)), "peak_allocated_gib": _peak_gib(),
-            "result": out}
 
 
 def run_variant(worker, batch: Batch, fused: bool, micro_batch: int, args, n_params: int) -> Dict[str, Any]:
@@ -178,12 +105,12 @@ def profile_update(worker, batch: Batch, rows: int) -> Dict[str, Any]:
     worker.actor.train()
     forward_module.response_log_probs(worker.actor, *args, fused=True)[0].sum().backward()  # warm
     worker.optimizer.zero_grad(set_to_none=True)
-    _sync()
+    sync()
     with profile(activities=activities) as prof:
         start = time.perf_counter()
         lp, _ = forward_module.response_log_probs(worker.actor, *args, fused=True)
         (lp * mb["response_mask"]).sum().backward()
-        _sync()
+        sync()
         seconds = time.perf_counter() - start
     worker.optimizer.zero_grad(set_to_none=True)
     sort_key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"

@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_curve  # noqa: E402  (the sibling script: one seed runner for every benchmark)
 
 ROOT = Path(__file__).resolve().parents[1]

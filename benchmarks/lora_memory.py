@@ -25,7 +25,6 @@ from typing import Dict, List
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 MIB = 2**20
 

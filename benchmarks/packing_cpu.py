@@ -5,7 +5,7 @@ of fixed rows, padded by token budget (trimmed), packed by token budget -> JSON.
                                      [--attn sdpa] [--out results/packing_cpu.json]
 
 The batch: ``--rows`` random-token prompts of ``--prompt-len`` and responses with lengths from
-``length_dist.response_lengths("longtail", ...)``. Each layout runs ``--repeats`` times (best kept); the log-probs of
+``reasonrl.bench.lengths.response_lengths("longtail", ...)``. Each layout runs ``--repeats`` times (best kept); the log-probs of
 every layout are checked against the padded ones (max abs difference in the JSON).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
-from length_dist import response_lengths  # noqa: E402
+from reasonrl.bench.lengths import response_lengths  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.data.micro_batches import micro_batch_groups, restore_order  # noqa: E402
 from reasonrl.models import load_causal_lm, resolve_model_path  # noqa: E402

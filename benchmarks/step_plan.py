@@ -17,14 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_model import GIB, SHAPES, write  # noqa: E402
+from reasonrl.bench.records import write  # noqa: E402
+from reasonrl.bench.shapes import GIB, SHAPES  # noqa: E402
 from gpu_grpo_step import config_overrides, parse_args  # noqa: E402
 
 STEP_PHASE = {"rollout": "rollout", "log_probs": "old_log_probs", "reference": "ref_log_probs",
               "update": "update_actor", "weight_sync": "weight_sync"}
-"""The plan's phase -> the step JSON's phase (``step_probes.PHASE_OF_CALL``)."""
+"""The plan's phase -> the step JSON's phase (``reasonrl.bench.probes.PHASE_OF_CALL``)."""
 
 
 def predicted(step_argv, device_gib: float):

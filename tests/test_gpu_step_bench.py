@@ -1,4 +1,4 @@
-"""benchmarks/gpu_grpo_step.py's helpers: the per-step record from a train_step's metrics (hand-derived numbers), the
+"""The step benchmark's library (reasonrl/bench/) and its script benchmarks/gpu_grpo_step.py: the per-step record from a train_step's metrics (hand-derived numbers), the
 workload the trainer reads (prompts of exact length through the real tokenizer loader and PromptDataset), the
 bench_random verifier plugin found through its entry point, and (slow) the CPU dry run writing its JSON."""
 from __future__ import annotations
@@ -14,12 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-sys.path.insert(0, str(BENCH))
 
 
 def test_step_record_from_train_step_metrics():
-    from step_probes import MemoryProbedGroup
-    from step_summary import summarize_step
+    from reasonrl.bench.probes import MemoryProbedGroup
+    from reasonrl.bench.summary import summarize_step
 
     probed = MemoryProbedGroup(group=None, enabled=False)
     probed.response_lengths = [10, 30, 20, 40]  # 100 response tokens
@@ -47,9 +46,10 @@ def test_step_record_from_train_step_metrics():
 
 
 def test_prompts_are_exactly_prompt_len_tokens_as_the_trainer_reads_them(tmp_path):
-    from bench_model import build_model_dir_tokenizer
-    from step_workload import write_prompt_dataset
     from transformers import Qwen2Config
+
+    from reasonrl.bench.shapes import build_model_dir_tokenizer
+    from reasonrl.bench.workload import write_prompt_dataset
 
     from reasonrl.data import PromptDataset
     from reasonrl.models import load_tokenizer

@@ -1,15 +1,12 @@
-"""The GPU benchmarks' response-length distribution (benchmarks/length_dist.py): seeded, bounded, long-tailed; and the
+"""The GPU benchmarks' response-length distribution (reasonrl/bench/lengths.py): seeded, bounded, long-tailed; and the
 per-sample max_tokens wrapper splitting and regrouping vLLM requests (real ``vllm.SamplingParams``)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from length_dist import response_lengths, with_per_sample_lengths  # noqa: E402
+from reasonrl.bench.lengths import response_lengths, with_per_sample_lengths
 
 
 def test_longtail_is_seeded_bounded_and_long_tailed():

@@ -276,7 +276,7 @@ STEP_PHASES = {"rollout": "rollout", "log_probs": "old_log_probs", "reference": 
                "update": "update_actor", "weight_sync": "weight_sync"}
 
 
-# Qwen/Qwen2.5-7B-Instruct's numbers (benchmarks/bench_model.py's SHAPES): untied embeddings.
+# Qwen/Qwen2.5-7B-Instruct's numbers (reasonrl/bench/shapes.py's SHAPES): untied embeddings.
 QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
                tie_word_embeddings=False)

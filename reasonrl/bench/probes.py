@@ -1,4 +1,4 @@
-"""What ``gpu_grpo_step.py`` adds to the real training step, without changing it: read-only probes on the actor
+"""What ``benchmarks/gpu_grpo_step.py`` adds to the real training step, without changing it: read-only probes on the actor
 worker, and per-phase memory read around the worker group's calls.
 
 * ``BenchWorker`` is ``ActorRolloutRefWorker`` plus ``bench_*`` methods (device memory, the weight-sync check, a
@@ -12,7 +12,6 @@ worker, and per-phase memory read around the worker group's calls.
 """
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Dict, List
 
@@ -120,16 +119,14 @@ class BenchWorker(ActorRolloutRefWorker):
         return count
 
     @dispatch(ONE_TO_ALL)
-    def bench_set_lengths(self, bench_dir: str, lengths: List[int]) -> int:
+    def bench_set_lengths(self, lengths: List[int]) -> int:
         """Give each sample of a vLLM generate call that ignores EOS its own ``max_tokens``
-        (``length_dist.with_per_sample_lengths`` on this worker's ``LLM`` instance). ``lengths`` are the whole
+        (``reasonrl.bench.lengths.with_per_sample_lengths`` on this worker's ``LLM`` instance). ``lengths`` are the whole
         batch's, in sample order; each engine takes the slice of the prompts it is given (split by engine, as
         ``generate`` splits them). Returns the count this rank took."""
         if self.engine is None or not hasattr(self.engine, "llm"):
             raise ValueError("per-sample response lengths need the vLLM engine (rollout.engine=vllm)")
-        if bench_dir not in sys.path:
-            sys.path.insert(0, bench_dir)
-        from length_dist import with_per_sample_lengths
+        from reasonrl.bench.lengths import with_per_sample_lengths
 
         tp = self.cfg.rollout.tensor_parallel_size
         share = len(lengths) // (self.world_size // tp)
@@ -139,13 +136,11 @@ class BenchWorker(ActorRolloutRefWorker):
         return len(mine)
 
     @dispatch(ONE_TO_ALL)
-    def bench_engine_facts(self, bench_dir: str) -> Dict[str, Any]:
-        """The vLLM engine's memory share, KV-cache size and scheduler limits (``engine_facts.vllm_engine_facts``)."""
+    def bench_engine_facts(self) -> Dict[str, Any]:
+        """The vLLM engine's memory share, KV-cache size and scheduler limits (``reasonrl.bench.engine_facts.vllm_engine_facts``)."""
         if self.engine is None or not hasattr(self.engine, "llm"):
             return {"error": "no vLLM engine"}
-        if bench_dir not in sys.path:
-            sys.path.insert(0, bench_dir)
-        from engine_facts import vllm_engine_facts
+        from reasonrl.bench.engine_facts import vllm_engine_facts
 
         return vllm_engine_facts(self.engine.llm)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from bench_model import H200_BF16_DENSE_FLOPS
+from reasonrl.bench.shapes import H200_BF16_DENSE_FLOPS
 
 OFFLOAD_PREFIXES = ("offload_", "onload_")
 

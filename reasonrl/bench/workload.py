@@ -3,11 +3,11 @@ and the random-reward verifier plugin that scores the responses.
 
 ``write_prompt_dataset`` writes schema rows (``reasonrl/datasets``) whose single user message is ``prompt_len``
 lowercase letters drawn from ``random.Random(seed)``; the model directory's tokenizer
-(``bench_model.build_model_dir_tokenizer``: byte-level, no merges) makes each letter one token and adds nothing, so
-with ``data.apply_chat_template=false`` and no system prompt each prompt is exactly ``prompt_len`` tokens (the
-benchmark checks the trainer's prompts). Every row names the
-``bench_random`` verifier (``plugins/reasonrl_bench_reward.py``); ``use_bench_reward`` puts ``benchmarks/plugins``
-on ``sys.path`` and ``PYTHONPATH`` so the trainer, its verifier pool and Ray's workers all find it.
+(``reasonrl.bench.shapes.build_model_dir_tokenizer``: byte-level, no merges) makes each letter one token and adds
+nothing, so with ``data.apply_chat_template=false`` and no system prompt each prompt is exactly ``prompt_len`` tokens
+(the benchmark checks the trainer's prompts). Every row names the ``bench_random`` verifier
+(``benchmarks/plugins/reasonrl_bench_reward.py``); ``use_bench_reward`` installs that plugin for this process and
+those it starts.
 """
 from __future__ import annotations
 
@@ -19,21 +19,22 @@ import sys
 from pathlib import Path
 from typing import List
 
-BENCH_DIR = Path(__file__).resolve().parent
+from reasonrl.bench.records import BENCH_DIR
+
 PLUGIN_DIR = BENCH_DIR / "plugins"
 REWARD_VERIFIER = "bench_random"
 
 
 def use_bench_reward() -> None:
-    """Make the ``bench_random`` verifier and the benchmark's modules importable here and in every process started
-    from here (the verifier pool's, Ray's): ``benchmarks/plugins`` and ``benchmarks`` on ``sys.path`` and
-    ``PYTHONPATH``. Call before anything reads the verifier registry."""
-    for path in (str(PLUGIN_DIR), str(BENCH_DIR)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if path not in parts:
-            os.environ["PYTHONPATH"] = os.pathsep.join([path] + parts)
+    """Install the ``bench_random`` verifier plugin for this process and every process started from here (the
+    verifier pool's, Ray's), as a user installs a plugin: ``benchmarks/plugins`` (the module and its entry point's
+    dist-info) on ``sys.path`` and ``PYTHONPATH``. Call before anything reads the verifier registry."""
+    path = str(PLUGIN_DIR)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if path not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([path] + parts)
 
 
 def prompt_texts(prompts: int, prompt_len: int, seed: int = 0) -> List[str]:

@@ -1,24 +1,16 @@
-"""The GPU benchmarks' shared pieces: the random-weight Qwen2-shaped models (and their word-level tokenizer), the
-parameter count MFU divides by, and writing a result JSON whatever happens (``recorded``).
+"""The benchmarks' model shapes: the random-weight Qwen2-shaped models (and their tokenizers) and the parameter count
+MFU divides by.
 
-``gpu_grpo_step.py``, ``gpu_trl_anchor.py``, ``gpu_anchors.py``, ``gpu_update_mfu.py`` and ``gpu_packing.py`` build the
-same model from the same seed, so their figures compare.
+``benchmarks/gpu_grpo_step.py``, ``gpu_trl_anchor.py``, ``gpu_anchors.py``, ``gpu_update_mfu.py`` and ``gpu_packing.py``
+build the same model from the same seed, so their figures compare.
 """
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import sys
-import time
-import traceback
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import torch
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS = BENCH_DIR / "results"
 H200_BF16_DENSE_FLOPS = 989e12
 GIB = float(1 << 30)
 
@@ -133,34 +125,3 @@ def parameter_count(shape: str) -> int:
     per_layer = attention + 3 * h * inter + 2 * h  # + gate/up/down, two RMSNorms
     embed = s["vocab_size"] * h
     return layers * per_layer + embed + h + (0 if s["tie_word_embeddings"] else embed)
-
-
-def write(out: Path, result: Dict[str, Any]) -> None:
-    """``result`` as JSON at ``out``, replaced atomically (a reader never sees half a file)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str))
-    os.replace(tmp, out)
-
-
-@contextlib.contextmanager
-def recorded(out: Path, result: Dict[str, Any], wall_start: float) -> Iterator[None]:
-    """Run a benchmark's body so that its JSON is written whatever happens: afterwards ``result["status"]`` is
-    ``ok``, or ``failed`` with the traceback in ``result["error"]`` (the exception is recorded, not raised), and
-    ``result["wall_s"]`` counts from ``wall_start``. A failed or cut-off device call still leaves its partial
-    figures on disk."""
-    try:
-        yield
-        result["status"] = "ok"
-    except Exception:
-        result["status"] = "failed"
-        result["error"] = traceback.format_exc()
-        print(result["error"], flush=True)
-    finally:
-        result["wall_s"] = time.perf_counter() - wall_start
-        write(out, result)
-
-
-def exit_with_status(result: Dict[str, Any]) -> None:
-    """Exit 0 when the benchmark's ``status`` is ``ok``, else 1."""
-    sys.exit(0 if result["status"] == "ok" else 1)
