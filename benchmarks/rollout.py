@@ -54,13 +54,13 @@ def time_generate(engine, prompts, n: int, tokens: int) -> dict:
 def time_sync(engine, model, bucket_mb: float, repeats: int) -> dict:
     """Seconds to push all parameters (tied ones once, as an actor streams them) into ``engine`` in buckets
     (median of ``repeats``)."""
-    from reasonrl.rollout.weight_sync import iter_buckets, mib_to_bytes
+    from reasonrl.rollout.weight_sync import iter_buckets
 
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
         buckets = 0
-        for bucket in iter_buckets(model.named_parameters(), mib_to_bytes(bucket_mb)):
+        for bucket in iter_buckets(model.named_parameters(), int(bucket_mb * (1 << 20))):
             engine.update_weights(bucket)
             buckets += 1
         engine.finish_weight_update()

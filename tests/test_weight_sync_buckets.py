@@ -7,7 +7,6 @@ import torch
 from reasonrl.rollout.weight_sync import (
     iter_buckets,
     logprob_diff,
-    mib_to_bytes,
     normalize_param_name,
     reference_sequence_logprobs,
     sequence_logprobs_check,
@@ -62,7 +61,12 @@ def test_buckets_edge_cases():
     assert list(iter_buckets([], 100)) == []
     with pytest.raises(ValueError):
         list(iter_buckets(_named([1]), 0))
-    assert mib_to_bytes(2) == 2 * 1024 * 1024
+    from types import SimpleNamespace
+
+    from reasonrl.config.worker_plan import weight_sync_bucket_bytes
+
+    assert weight_sync_bucket_bytes(SimpleNamespace(rollout=SimpleNamespace(weight_sync_bucket_mb=2))) == 2 * 1024 * 1024
+    assert weight_sync_bucket_bytes(SimpleNamespace(rollout=SimpleNamespace(weight_sync_bucket_mb=0.5))) == 524288
 
 
 @pytest.mark.parametrize("raw, plain", [

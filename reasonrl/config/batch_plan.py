@@ -41,7 +41,7 @@ class BatchPlan:
         """The plan of ``cfg`` (a ``Config``) over ``world_size`` ranks; not yet checked (see ``check``)."""
         return cls(prompts_per_step=cfg.data.train_batch_size, samples_per_prompt=cfg.rollout.n,
                    world_size=world_size,
-                   mini_batch_prompts=cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size,
+                   mini_batch_prompts=mini_batch_prompts(cfg),
                    ppo_epochs=cfg.actor.ppo_epochs, micro_batch_rows=cfg.actor.micro_batch_size_per_worker,
                    token_budgets=tuple(budget_rows(cfg).items()),
                    longest_row=cfg.data.max_prompt_length + cfg.rollout.max_new_tokens)
@@ -105,3 +105,9 @@ class BatchPlan:
             rows.append((f"tokens per micro-batch ({key})",
                          "auto (the memory plan picks it at start-up)" if tokens == AUTO else tokens))
         return rows
+
+
+def mini_batch_prompts(cfg: Any) -> int:
+    """Prompts per optimizer step: ``actor.ppo_mini_batch_size``, or the whole step's prompts when 0/None (the one
+    statement of that rule: the batch plan, the passes, validation and the memory plan ask here)."""
+    return cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size

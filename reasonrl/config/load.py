@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .batch_plan import mini_batch_prompts
 from .placement_schema import validate_placement
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
 from .env_schema import check_env_config
@@ -132,7 +133,7 @@ def validate(cfg: Config) -> None:
     check_ranges(cfg)
     validate_token_budgets(cfg, need)
     need(cfg.rollout.engine in ("auto", "vllm", "hf"), "rollout.engine", "must be auto, vllm or hf")
-    mb = cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size
+    mb = mini_batch_prompts(cfg)
     need(cfg.data.train_batch_size % mb == 0, "actor.ppo_mini_batch_size",
          f"must divide data.train_batch_size ({cfg.data.train_batch_size})")
     need(cfg.trainer.resume in ("auto", "never") or bool(cfg.trainer.resume), "trainer.resume",

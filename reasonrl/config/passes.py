@@ -24,9 +24,9 @@ class Passes:
 
 def updates_per_batch(cfg) -> int:
     """Optimizer steps taken on one rollout batch: epochs x mini-batches."""
-    batch = cfg.data.train_batch_size
-    mini = cfg.actor.ppo_mini_batch_size or batch
-    return cfg.actor.ppo_epochs * max(1, batch // mini)
+    from .batch_plan import mini_batch_prompts
+
+    return cfg.actor.ppo_epochs * max(1, cfg.data.train_batch_size // mini_batch_prompts(cfg))
 
 
 def passes_needed(cfg) -> Passes:

@@ -20,12 +20,21 @@ class WorkerPlan:
     """Rollouts run the multi-turn tool loop around the engine (``RunPlan.generator == "tools"``)."""
     engine_sleep_level: int = 1
     """What the colocated vLLM engine's sleep does with its weights (``engine_sleep_level``)."""
+    bucket_bytes: int = 32 << 20
+    """Bytes per weight-sync bucket (``weight_sync_bucket_bytes``)."""
 
     @classmethod
     def from_config(cls, cfg, world_size: int) -> "WorkerPlan":
         """The plan of a worker that stands alone (``RunPlan.build`` decides these facts the same way)."""
         return cls(batch=BatchPlan.from_config(cfg, world_size), hosts_engine=cfg.trainer.mode != "async",
-                   tools=cfg.tool.enabled, engine_sleep_level=engine_sleep_level(cfg))
+                   tools=cfg.tool.enabled, engine_sleep_level=engine_sleep_level(cfg),
+                   bucket_bytes=weight_sync_bucket_bytes(cfg))
+
+
+def weight_sync_bucket_bytes(cfg) -> int:
+    """``rollout.weight_sync_bucket_mb`` (MiB) in bytes: the one conversion, for the workers (through the plan) and the
+    memory plans."""
+    return int(cfg.rollout.weight_sync_bucket_mb * (1 << 20))
 
 
 def engine_sleep_level(cfg) -> int:

@@ -6,6 +6,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from reasonrl.config.batch_plan import mini_batch_prompts
+from reasonrl.config.worker_plan import weight_sync_bucket_bytes
+
 from .shape import ModelShape
 from .terms import (ADAMW_STEP_LABELS, CUDA_CONTEXT_BYTES, activation_bytes, adamw_step_bytes, compute_dtype_bytes,
                     engine_terms, head_backward_bytes, head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes,
@@ -152,7 +155,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
 
     passes = passes_needed(cfg)
     rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // W)
-    mini_rows = max(1, (cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size) * cfg.rollout.n // W)
+    mini_rows = max(1, mini_batch_prompts(cfg) * cfg.rollout.n // W)
     if cfg.trainer.mode == "async":  # the engines run on the rollout workers' devices (``plan_rollout_worker``)
         engine, generating, sleeps, notes = {}, {}, False, []
     else:
@@ -245,7 +248,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                                 own_old or cfg.algorithm.entropy_coef != 0, a.compile, trained_layer, lora_saved,
                                 a.lora.rank * max(h, i) if lora else largest_full))
     largest = largest_full * dt
-    bucket = cfg.rollout.weight_sync_bucket_mb * 2**20
+    bucket = weight_sync_bucket_bytes(cfg)
     if engine:
         sync = {**resident("weight_sync"), **awake()}
         if lora and not a.lora.merge_for_rollout:  # workers/lora_sync.py: the adapter alone, gathered at once

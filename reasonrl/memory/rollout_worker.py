@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from reasonrl.config.worker_plan import weight_sync_bucket_bytes
+
 from .plan import MemoryPlan, PhasePlan, _positive_number
 from .shape import ModelShape
 from .terms import CUDA_CONTEXT_BYTES, compute_dtype_bytes, engine_terms
@@ -34,7 +36,7 @@ def plan_rollout_worker(cfg: Any, model_config: Mapping[str, Any], device_bytes:
     engine, generating, _, notes = engine_terms(cfg, shape, 1, device, dev, dt, rows, P)
     overhead = CUDA_CONTEXT_BYTES if device == "cuda" else 0.0
     largest = max(shape.vocab_size * shape.hidden_size, shape.hidden_size * shape.intermediate_size) * dt
-    bucket = max(cfg.rollout.weight_sync_bucket_mb * 2**20, largest)
+    bucket = max(weight_sync_bucket_bytes(cfg), largest)
     phases = [PhasePlan("rollout", {**engine, **generating}, overhead, dev),
               PhasePlan("weight_receive", {**engine, "weight receive buffer (one packed bucket)": bucket}, overhead,
                         dev)]

@@ -62,11 +62,6 @@ def iter_buckets(named_tensors: Iterable[NamedTensor], bucket_bytes: int) -> Ite
         yield bucket
 
 
-def mib_to_bytes(mib: float) -> int:
-    """``weight_sync_bucket_mb`` (MiB) in bytes."""
-    return int(mib * (1 << 20))
-
-
 @torch.no_grad()
 def reference_sequence_logprobs(model: torch.nn.Module, token_ids: Sequence[int]) -> torch.Tensor:
     """log p(token_i | tokens before i) for i = 1 .. len-1 under a Hugging Face causal LM (float32, on CPU)."""

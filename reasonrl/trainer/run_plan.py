@@ -19,7 +19,7 @@ from reasonrl.config import Config, ConfigError
 from reasonrl.config.batch_plan import BatchPlan
 from reasonrl.config.combinations import combination_problems
 from reasonrl.config.passes import Passes, passes_needed
-from reasonrl.config.worker_plan import WorkerPlan, engine_sleep_level
+from reasonrl.config.worker_plan import WorkerPlan, engine_sleep_level, weight_sync_bucket_bytes
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class RunPlan:
     """GPU fraction of each actor rank (0.5 when the critic shares it)."""
     engine_sleep_level: int
     """vLLM's sleep level on GPU (``rollout.sleep_level`` resolved, ``worker_plan.engine_sleep_level``)."""
+    bucket_bytes: int
+    """Bytes per weight-sync bucket (``worker_plan.weight_sync_bucket_bytes``)."""
 
     @property
     def use_critic(self) -> bool:
@@ -75,7 +77,7 @@ class RunPlan:
     def for_workers(self) -> WorkerPlan:
         """What the training workers read from this plan (handed to each with its config)."""
         return WorkerPlan(batch=self.batch, hosts_engine=not self.is_async, tools=self.generator == "tools",
-                          engine_sleep_level=self.engine_sleep_level)
+                          engine_sleep_level=self.engine_sleep_level, bucket_bytes=self.bucket_bytes)
 
     @classmethod
     def build(cls, cfg: Config, device: Optional[str] = None) -> "RunPlan":
@@ -110,7 +112,7 @@ class RunPlan:
             rollout_workers=rollout_workers, steps_ahead=cfg.async_rollout.max_staleness if is_async else 0,
             batch=batch, passes=passes, generator="tools" if cfg.tool.enabled else "plain",
             offload=offload_enabled(cfg), rollout_logprobs=logprobs, stream_chunk_prompts=r.stream_chunk_prompts,
-            engine_sleep_level=engine_sleep_level(cfg),
+            engine_sleep_level=engine_sleep_level(cfg), bucket_bytes=weight_sync_bucket_bytes(cfg),
             training_sampling={"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
                                "max_new_tokens": r.max_new_tokens, "logprobs": logprobs},
             validation_sampling={"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,

@@ -212,7 +212,7 @@ class ActorRolloutRefWorker:
             tensors = list(self.lora.sync_tensors(self.actor, self.device, self.compute_dtype))
             moved = self.host.load_adapter(tensors, self.lora.adapter_config(name for name, _ in tensors))
             return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
-        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        bucket_bytes = self.plan.bucket_bytes
         # An offloaded actor is gathered from the CPU shard by shard: the whole model never comes back for the sync.
         # With LoRA merged for rollout: each adapted weight leaves as W + alpha/r B A.
         moved = self.host.load_weights(iter_buckets(self.lora.sync_tensors(self.actor, self.device,
@@ -272,7 +272,7 @@ class ActorRolloutRefWorker:
             for _ in params:
                 pass
             return {"seconds": time.perf_counter() - start, "bytes": 0.0}
-        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        bucket_bytes = self.plan.bucket_bytes
         sent = weight_transfer.send(self.transfer_group, params, specs, bucket_bytes)
         return {"seconds": time.perf_counter() - start, "bytes": float(sent)}
 

@@ -16,7 +16,7 @@ import torch
 
 from reasonrl.config import from_dict
 from reasonrl.config.device_defaults import resolve_device
-from reasonrl.config.worker_plan import WorkerPlan
+from reasonrl.config.worker_plan import WorkerPlan, weight_sync_bucket_bytes
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
@@ -85,7 +85,7 @@ class RolloutWorker:
         """Take the actor's weights of ``version`` from the transfer group, bucket by bucket, into the engine (a LoRA
         adapter-only sync: the adapter's tensors, loaded as the engine's adapter once all have arrived)."""
         start = time.perf_counter()
-        bucket_bytes = self.cfg.rollout.weight_sync_bucket_mb * 2**20
+        bucket_bytes = weight_sync_bucket_bytes(self.cfg)
         if specs and all(is_adapter_param(s.name) for s in specs):
             tensors = [t for bucket in weight_transfer.receive(self.group, specs, bucket_bytes, self.device)
                        for t in bucket]
