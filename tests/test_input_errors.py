@@ -115,3 +115,40 @@ def test_train_refuses_settings_the_model_or_optimizer_cannot_take(tmp_path, cap
     import ray
 
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["reward.remote.url=http://127.0.0.1:9/score", "reward.remote.api_key_env=REASONRL_TEST_UNSET_KEY"],
+     "config key 'reward.remote.api_key_env': names the environment variable REASONRL_TEST_UNSET_KEY, which is not "
+     "set"),
+    (["reward.judge.url=http://127.0.0.1:9/v1", "reward.judge.model=j",
+      "reward.judge.api_key_env=REASONRL_TEST_EMPTY_KEY"],
+     "config key 'reward.judge.api_key_env': names the environment variable REASONRL_TEST_EMPTY_KEY, which is not set "
+     "(or is empty)"),
+    (["actor.lora.rank=8", "actor.lora.target_modules=[q_proj,qkv_proj]"],
+     "config key 'actor.lora.target_modules': qkv_proj not in LlamaForCausalLM's decoder layers; candidates: "
+     "down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"),
+    (["actor.lora.target_modules=[q_proj]"],
+     "config key 'actor.lora.rank': is 0 (LoRA off: the whole actor would train), but actor.lora.target_modules="),
+], ids=["remote_key_unset", "judge_key_empty", "lora_target_unknown", "lora_targets_with_rank_0"])
+def test_train_refuses_late_failing_settings_before_anything_starts(tmp_path, capsys, monkeypatch, model_path, args,
+                                                                    words):
+    """Each used to fail 50 s in, after Ray and the workers (an unset key, an unknown LoRA target) or never (rank 0
+    with targets trained the whole actor); now one line naming the keys, exit 2, before Ray. A key's value (the
+    remote's, set here) is never printed."""
+    from reasonrl.train import main
+
+    monkeypatch.delenv("REASONRL_TEST_UNSET_KEY", raising=False)
+    monkeypatch.setenv("REASONRL_TEST_EMPTY_KEY", "")
+    monkeypatch.setenv("REASONRL_TEST_SET_KEY", "sk-test-value-never-printed")
+    extra = ["reward.remote.url=http://127.0.0.1:9/score", "reward.remote.api_key_env=REASONRL_TEST_SET_KEY"] \
+        if "judge" in args[0] else []  # a set key besides the missing one: its value must not leak
+    status = main(["rollout.engine=hf", f"trainer.output_dir={tmp_path / 'run'}", *extra, *args])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if line.startswith("reasonrl:")]
+    assert status == 2
+    assert len(lines) == 1 and words in lines[0], lines
+    assert "sk-test-value-never-printed" not in out + err
+    import ray
+
+    assert not ray.is_initialized()

@@ -71,6 +71,30 @@ def test_default_targets_are_the_decoder_layers_linear_projections_and_unknown_o
         lora_lib.resolve_target_modules(model, ["q_proj", "qkv_proj", "lm_head"])
 
 
+def test_targets_are_checked_from_config_json_alone_before_any_weight_loads(tmp_path):
+    """``check_target_modules`` builds the model on the meta device: a directory holding only a config.json (no
+    weights to read) is enough. Phi-3 fuses its projections: qkv_proj, o_proj, gate_up_proj, down_proj."""
+    from transformers import Phi3Config
+
+    Phi3Config(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+               num_key_value_heads=2, vocab_size=64, pad_token_id=0).save_pretrained(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert lora_lib.check_target_modules(str(tmp_path), []) == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
+    assert lora_lib.check_target_modules(str(tmp_path), ["qkv_proj"]) == ["qkv_proj"]
+    with pytest.raises(lora_lib.LoraTargetError, match="q_proj, v_proj not in Phi3ForCausalLM's decoder layers; "
+                                                      "candidates: down_proj, gate_up_proj, o_proj, qkv_proj"):
+        lora_lib.check_target_modules(str(tmp_path), ["q_proj", "v_proj"])
+
+
+def test_target_modules_with_rank_0_is_refused_naming_both_keys():
+    """Rank 0 is LoRA off: target_modules with it would silently train every weight."""
+    with pytest.raises(ConfigError, match=r"config key 'actor.lora.rank': is 0 .*actor.lora.target_modules="
+                                          r"\['q_proj'\]"):
+        load_config(["actor.lora.target_modules=[q_proj]"], cuda_available=False)
+    load_config(["actor.lora.rank=8", "actor.lora.target_modules=[q_proj]"], cuda_available=False)
+    load_config(["actor.lora.rank=0"], cuda_available=False)  # a full fine-tune, as asked
+
+
 def test_peft_names_map_to_the_saved_and_the_hugging_face_forms():
     live = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"
     assert lora_lib.adapter_name(live) == "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"

@@ -1,5 +1,6 @@
 """False negatives the math verifier no longer has: Unicode math symbols (verifiers/math_unicode.py), repeating
-decimals (math_normalize.repeating_decimal) and a response that echoes an example's boxed answer before its own.
+decimals (math_normalize.repeating_decimal) and a response that echoes an example's boxed answer before its own
+(read by its own box; an unboxed answer after the echo is not read).
 
 Pairs in the peer suite's form (tests/test_peer_math_equiv.py): ``verify(prediction, gold)`` against a label;
 each negative differs from a positive by one thing.
@@ -57,8 +58,9 @@ REPEATING_PAIRS = [
 ECHO_PAIRS = [  # a response echoing the prompt's worked example (its boxed answer 5) before its own answer 7
     ("7", "Example answer \\boxed{5}\n\\boxed{7}", True),
     ("7", "Example: $\\boxed{5}$\n$x = \\boxed{7}$", True),
-    ("7", "In the example the result was \\boxed{5}.\n#### 7", True),
-    ("7", "Example: 2+3=\\boxed{5}\nProblem: 3+4=?\nSolution: 3+4=7\nThe answer is 7", True),
+    # an unboxed answer after an echoed box is not read: it cannot be told from a hedge ("\\boxed{5}, no wait: 7")
+    ("7", "In the example the result was \\boxed{5}.\n#### 7", False),
+    ("7", "Example: 2+3=\\boxed{5}\nProblem: 3+4=?\nSolution: 3+4=7\nThe answer is 7", False),
     ("5", "Example answer \\boxed{5}\n\\boxed{7}", False),
     ("7", "\\boxed{7}. Let me double check: the answer is consistent with the example.", True),  # a remark, not an answer
     ("1, 2", "$\\boxed{1}$ and $\\boxed{2}$", True),            # one list on one line still joins

@@ -28,7 +28,8 @@ def verifier() -> MathVerifier:
     ("48 + 24 = 72\n#### 72", "72", "gsm8k"),
     ("The answer is 72.", "72", "answer_phrase"),
     ("Final Answer: The final answer is $14{,}916$. I hope it is correct.", "$14{,}916$", "answer_phrase"),
-    ("\\boxed{255} in the example.\nFinal answer: 10455", "10455", "answer_phrase"),  # stated after the box
+    ("\\boxed{255} in the example.\nFinal answer: 10455", "255", "boxed"),  # a box: prose after it is not read
+    ("\\boxed{}. The answer is 14.", "14", "answer_phrase"),                  # an empty box states nothing
     ("Work...\nSo the volume is 120 cubic units", "120", "final_line"),
     ("Work...\n$\\frac{3}{4}$", "$\\frac{3}{4}$", "final_line"),
     ("I could not solve this problem, sorry about that.", None, "none"),
@@ -97,6 +98,28 @@ def test_verify_equivalence(verifier, response, gold, correct):
     result = verifier.verify(response, gold)
     assert result.correct is correct and result.score == (1.0 if correct else 0.0)
     assert "extracted" in result.info and result.info["reason"]
+
+
+# A response that boxes one answer and states another is read by its (last) box: never credited for either.
+# (gold, response, credited); each pair of lines differs only in the gold.
+HEDGES = [
+    ("14", "\\boxed{12}. Hmm, no wait, the answer is 14.", False),      # boxed wrong, prose right: the box is read
+    ("12", "\\boxed{12}. Hmm, no wait, the answer is 14.", True),       # boxed right, prose wrong: the box is read
+    ("14", "\\boxed{12}\nFinal answer: 14", False),                     # a "final answer" phrase after the box too
+    ("14", "\\boxed{12}\n#### 14", False),                              # and a #### line after the box
+    ("12", "\\boxed{12}\n#### 14", True),
+    ("14", "\\boxed{12}.\nNo wait, it is \\boxed{14}.", True),         # two boxes on two lines: the last one
+    ("12", "\\boxed{12}.\nNo wait, it is \\boxed{14}.", False),
+    ("14", "\\boxed{12} or \\boxed{14}", False),                       # two boxes as one list: "12, 14" is not 14
+    ("12", "\\boxed{12} or \\boxed{14}", False),
+    ("14", "Hmm, no wait, the answer is 14.", True),                      # nothing boxed: the prose is the answer
+]
+
+
+@pytest.mark.parametrize("gold, response, credited", HEDGES)
+def test_a_boxed_answer_is_the_answer_and_prose_after_it_is_not_a_second_one(verifier, gold, response, credited):
+    result = verifier.verify(response, gold)
+    assert result.correct is credited, result.info
 
 
 @pytest.mark.parametrize("response", [None, 123, "", "   ", "\\boxed{", "}}}{{{", "\\boxed{\\frac{}{}}", "x" * 50_000])

@@ -2,7 +2,8 @@
 
 Pipeline for one response:
 
-1. extract the answer (``math_extract.extract_answer``: last box, ``####``, "the answer is", final line);
+1. extract the answer (``math_extract.extract_answer``: the last box, and only it when there is one; without a
+   box, "final answer is", ``####``, "the answer is", the final line);
 2. normalise both sides (``math_normalize.normalize_answer``) and accept an exact string match;
 3. fast numeric path: both sides plain numbers (``1,000``, ``0.50``, ``3/4``, ``0.\\overline{3}``) -> exact
    Fraction comparison; a side that is plain arithmetic (``1+2+...+400`` written out) is evaluated exactly

@@ -1,8 +1,9 @@
 """Reading the final answer out of a model response.
 
 The order follows what models are asked to write: the last ``\\boxed{...}`` (or ``\\fbox{...}``), then a
-GSM8K ``#### answer`` line, then a phrase such as "the answer is ...", then a short final line that looks
-like an answer; a marker written after the last box wins over it (``extract_answer``). Nested braces are
+"final answer is" phrase, a GSM8K ``#### answer`` line, a phrase such as "the answer is ...", a short final
+line that looks like an answer. A response with a box is read by its box alone: a different answer stated
+after it is not read (``extract_answer``), so hedging between two answers earns nothing. Nested braces are
 matched (``math_boxes``). A response whose last box never closes was cut off: it has no answer; only a gold's
 unclosed box (``last_boxed``) is read to the end of the text. Pure string work, linear in the length of the
 response (every regex here either scans once or reads a bounded slice): no sympy, no math-verify.
@@ -95,16 +96,6 @@ def _looks_like_answer_line(line: str) -> bool:
     return len(line) <= limit
 
 
-def _is_clean_answer(candidate: str) -> bool:
-    """A bare answer: a number, math or a choice letter, with no word of three letters or more outside math."""
-    if not candidate or len(candidate) > _FINAL_LINE_MAX_LATEX_CHARS:
-        return False
-    if _WORD_RE.search(_MATH_SEGMENT_RE.sub(" ", candidate)):
-        return False
-    return any(ch.isdigit() for ch in candidate) or "\\" in candidate or "$" in candidate or \
-        bool(re.fullmatch(r"\(?[A-J]\)?", candidate.strip()))
-
-
 def _last_line(text: str, limit: int = _FINAL_LINE_MAX_LATEX_CHARS + 1) -> str:
     """The last non-empty line of ``text``, read from at most its last ``limit`` characters' worth of line."""
     stripped = text.rstrip()
@@ -115,45 +106,37 @@ def _last_line(text: str, limit: int = _FINAL_LINE_MAX_LATEX_CHARS + 1) -> str:
 def extract_answer(response: str) -> Tuple[Optional[str], str]:
     """``(answer_text, method)``; ``(None, "none")`` when the response states no answer.
 
-    ``method`` is one of ``boxed``, ``gsm8k``, ``answer_phrase``, ``final_line``, ``none``. The last box wins,
-    except over a marker written after it: a "final answer is ..." phrase, a ``####`` line, or an "the answer
-    is ..." phrase that holds a bare answer (a response that echoes an example's boxed answer and then states
-    its own answer). ``(None, "unclosed_box")``: the last box never closes, so the response was cut off inside
-    its answer (whatever it holds is not a stated answer). Linear in the length of the response.
+    ``method`` is one of ``boxed``, ``gsm8k``, ``answer_phrase``, ``final_line``, ``none``. A response with a
+    closed, non-empty box is read by its last box (run) alone: anything it says after the box ("no wait, the
+    answer is 14", a ``####`` line) is not a second answer, so a response that boxes one answer and states another
+    is never credited for either. Only without a box: a "final answer is ..." phrase, then a ``####`` line, then
+    an "the answer is ..." phrase, then a short final line. ``(None, "unclosed_box")``: the last box never
+    closes, so the response was cut off inside its answer (whatever it holds is not a stated answer). Linear in
+    the length of the response.
     """
     if not isinstance(response, str) or not response.strip():
         return None, "none"
     boxes = find_boxes(response)
     if boxes and not all(box.closed for box in boxes):  # an unclosed box runs to the end: it holds the rest
         return None, "unclosed_box"
-    box_end = boxes[-1].end if boxes else -1
-    final_phrases = list(_FINAL_ANSWER_RE.finditer(response))
-    if final_phrases and final_phrases[-1].start() >= box_end:
-        candidate = _read_after_keyword(response[final_phrases[-1].end():])
-        if candidate:
-            return focus_answer(candidate), "answer_phrase"
-    hashes = list(_HASH_RE.finditer(response))
-    hash_answer = None
-    if hashes and hashes[-1].group(1).strip():
-        hash_answer = _read_after_keyword(hashes[-1].group(1)) or hashes[-1].group(1).strip()
-    if hash_answer and hashes[-1].start() >= box_end >= 0:
-        return hash_answer, "gsm8k"
-    phrases = list(_ANSWER_KEYWORD_RE.finditer(response))
-    phrase_answer = None
-    if phrases:
-        candidate = _read_after_keyword(response[phrases[-1].end():])
-        phrase_answer = focus_answer(candidate) if candidate else None
     if boxes:
-        if phrase_answer and phrases[-1].start() >= box_end and _is_clean_answer(phrase_answer):
-            return phrase_answer, "answer_phrase"
         boxed = ", ".join(content for content in (box.content(response)
                                                   for box in last_box_run(response, boxes)) if content)
         if boxed:
             return boxed, "boxed"
-    if hash_answer:
-        return hash_answer, "gsm8k"
-    if phrase_answer:
-        return phrase_answer, "answer_phrase"
+    final_phrases = list(_FINAL_ANSWER_RE.finditer(response))
+    if final_phrases:
+        candidate = _read_after_keyword(response[final_phrases[-1].end():])
+        if candidate:
+            return focus_answer(candidate), "answer_phrase"
+    hashes = list(_HASH_RE.finditer(response))
+    if hashes and hashes[-1].group(1).strip():
+        return _read_after_keyword(hashes[-1].group(1)) or hashes[-1].group(1).strip(), "gsm8k"
+    phrases = list(_ANSWER_KEYWORD_RE.finditer(response))
+    if phrases:
+        candidate = _read_after_keyword(response[phrases[-1].end():])
+        if candidate:
+            return focus_answer(candidate), "answer_phrase"
     line = _last_line(response)
     if _looks_like_answer_line(line):
         candidate = focus_answer(line.rstrip(".").strip(), allow_last_number=False)

@@ -23,7 +23,9 @@ class LoraConfig:
     target_modules: List[str] = field(default_factory=list)
     """Names (the last part, e.g. ``q_proj``) of the linear projections that get adapters. Empty: every linear
     projection inside the decoder layers of the loaded architecture (attention and MLP), found from the model. A
-    name the model does not have fails at load time, listing the candidates."""
+    name the model does not have fails before anything starts (the model is built on the meta device from its
+    config.json, no weights read), listing the candidates. Set with ``rank`` 0 it is refused (it would train the
+    whole actor)."""
     merge_for_rollout: bool = False
     """How a sync reaches the rollout engine. false: the adapter only (the hf engine applies it on its own copy of
     the base model; vLLM loads it as a LoRA adapter, one ``LoRARequest`` per sync). true: the adapter is merged into
@@ -41,4 +43,7 @@ def validate_lora(cfg, need) -> None:
     need(all(isinstance(n, str) and n and "." not in n for n in names), "actor.lora.target_modules",
          f"must be module names without dots (e.g. [q_proj,v_proj]), got {names}")
     need(len(set(names)) == len(names), "actor.lora.target_modules", f"names a module twice: {names}")
+    need(lora.rank > 0 or not names, "actor.lora.rank", f"is 0 (LoRA off: the whole actor would train), but "
+         f"actor.lora.target_modules={names} asks for adapters: set actor.lora.rank > 0, or drop "
+         f"actor.lora.target_modules for a full fine-tune")
     # LoRA's rules with other features (compile, tensor-parallel rollouts) are in config/combinations.py

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import string
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
@@ -56,7 +57,9 @@ class EndpointConfig:
     max_backoff_s: float = 8.0
     """The longest wait between two attempts."""
     api_key_env: Optional[str] = None
-    """An environment variable holding a bearer token sent as ``Authorization: Bearer ...`` (None: no header)."""
+    """An environment variable holding a bearer token sent as ``Authorization: Bearer ...`` (None: no header). With
+    the source on (``url`` set), a variable that is not set or empty where the run starts is a config error (its
+    value is never printed)."""
     correct_above: float = 0.5
     """A score at or above this counts as correct (accuracy, pass@k) when the answer does not say itself."""
 
@@ -230,10 +233,23 @@ def check_source_weights(weights: Any, where: str) -> Dict[str, float]:
     return out
 
 
+def check_api_keys(sources: RewardSources, environ: Mapping[str, str] = os.environ) -> None:
+    """Each HTTP source that is on and names an ``api_key_env`` finds that variable set and non-empty in
+    ``environ``; else SectionError naming the key and the variable (never a value), before anything starts."""
+    for name, endpoint in (("judge", sources.judge), ("remote", sources.remote)):
+        if endpoint.url and endpoint.api_key_env and not environ.get(endpoint.api_key_env):
+            raise SectionError(f"reward.{name}.api_key_env", f"names the environment variable "
+                                                             f"{endpoint.api_key_env}, which is not set (or is empty): "
+                                                             f"export it before starting, or drop the key for an "
+                                                             f"endpoint that needs no token")
+
+
 def validate_reward_sources(cfg: Any, need) -> None:
-    """``load.validate``'s hook: the three sections and ``reward.sources`` (``need(ok, key, message)`` reports)."""
+    """``load.validate``'s hook: the three sections, their API-key variables and ``reward.sources``
+    (``need(ok, key, message)`` reports)."""
     try:
         sources = reward_sources(cfg.reward)
+        check_api_keys(sources)
     except SectionError as exc:
         need(False, exc.key, exc.message)
         return

@@ -50,14 +50,29 @@ def linear_module_names(model: nn.Module) -> List[str]:
 def resolve_target_modules(model: nn.Module, requested: Sequence[str]) -> List[str]:
     """``requested`` checked against the model (empty: every candidate); raises ``LoraTargetError`` naming each
     unknown module and listing the candidates."""
-    candidates = linear_module_names(model)
+    return _checked_targets(type(model).__name__, linear_module_names(model), requested)
+
+
+def _checked_targets(architecture: str, candidates: List[str], requested: Sequence[str]) -> List[str]:
     if not candidates:
-        raise LoraTargetError(f"{type(model).__name__} has no linear projections in its decoder layers to adapt")
+        raise LoraTargetError(f"{architecture} has no linear projections in its decoder layers to adapt")
     unknown = [n for n in requested if n not in candidates]
     if unknown:
-        raise LoraTargetError(f"actor.lora.target_modules: {', '.join(unknown)} not in {type(model).__name__}'s "
+        raise LoraTargetError(f"actor.lora.target_modules: {', '.join(unknown)} not in {architecture}'s "
                               f"decoder layers; candidates: {', '.join(candidates)}")
     return list(requested) if requested else candidates
+
+
+def check_target_modules(model_path: str, requested: Sequence[str], trust_remote_code: bool = False) -> List[str]:
+    """``resolve_target_modules`` before anything loads: the model is built from its ``config.json`` on the meta
+    device (its module tree with no weights read or allocated), so a target it does not have fails in about a
+    second, not after the workers loaded the weights. The workers check again on the real model."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return resolve_target_modules(model, requested)
 
 
 def peft_config(lora, target_modules: Sequence[str]):

@@ -5,7 +5,7 @@ size, the batch plan, which passes run, the sampling of training and validation 
 tool loop), the mode and the placement numbers, and runs every rule between features
 (``reasonrl.config.combinations``): an unsupported combination fails there, naming the keys. The trainer, its rollout
 source and the start-up table read these facts from the plan, not from the raw config. The checks against the model
-(context length, the memory plan) run once its ``config.json`` is known.
+(context length, LoRA's target modules, the memory plan) run once its ``config.json`` is known.
 """
 from __future__ import annotations
 
@@ -166,6 +166,20 @@ def check_context_length(cfg: Config, context: Optional[int]) -> None:
         raise ConfigError(f"config key 'rollout.max_new_tokens': data.max_prompt_length ({cfg.data.max_prompt_length})"
                           f" + rollout.max_new_tokens ({cfg.rollout.max_new_tokens}) = {need} exceeds the model's "
                           f"context of {context} tokens ({cfg.model.path})")
+
+
+def check_lora_targets(cfg: Config, model_path: str) -> None:
+    """With LoRA on, ConfigError naming ``actor.lora.target_modules`` when the model has no such projection (the
+    model is built on the meta device from its config.json: nothing is loaded; ``models.lora.check_target_modules``)."""
+    if cfg.actor.lora.rank <= 0:
+        return
+    from reasonrl.models.lora import LoraTargetError, check_target_modules
+
+    try:
+        check_target_modules(model_path, cfg.actor.lora.target_modules, cfg.model.trust_remote_code)
+    except LoraTargetError as exc:
+        message = str(exc).removeprefix("actor.lora.target_modules: ")
+        raise ConfigError(f"config key 'actor.lora.target_modules': {message} ({cfg.model.path})") from None
 
 
 def model_config_json(model_path: str) -> Dict:

@@ -40,7 +40,8 @@ from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_
                        verdict_mask, without_failed)
 from .metrics import (PhaseTimer, data_levels, policy_metrics, round_level_metrics, round_metrics, startup_metrics,
                       val_level_metrics)
-from .run_plan import RunPlan, check_context_length, check_memory_plan, model_config_json, slowest_rank
+from .run_plan import (RunPlan, check_context_length, check_lora_targets, check_memory_plan, model_config_json,
+                       slowest_rank)
 from .sources import make_source
 from .watchdog import PhaseWatchdog
 
@@ -66,6 +67,7 @@ class Trainer:
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
+            check_lora_targets(cfg, self.model_path)  # a target the model lacks: before any weights load
             if plan.device == "cuda":  # will it fit? before anything loads (auto token budgets resolved first)
                 check_memory_plan(cfg, model_config_json(self.model_path),
                                   torch.cuda.get_device_properties(0).total_memory, plan.world_size,
