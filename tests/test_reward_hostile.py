@@ -16,7 +16,7 @@ import pytest
 from reasonrl.config import ConfigError, load_config
 from reasonrl.config.reward_sources_schema import JudgeConfig, RemoteRewardConfig
 from reasonrl.rewards import RewardItem
-from reasonrl.rewards.judge import JudgeSource, Unparsable, parse_scale, parse_verdict
+from reasonrl.rewards.judge import JudgeSource, Unparsable, judge_message, parse_scale, parse_verdict
 from reasonrl.rewards.redact import redact
 from reasonrl.rewards.remote import RemoteRewardSource
 
@@ -270,7 +270,6 @@ def test_judge_asks_for_its_form_and_scores_only_its_own_final_line(echo):
             assert not result.failed and result.score == pytest.approx(0.1)  # (1 - 0) / 10
         judge.close()
     default = JudgeConfig(url="http://127.0.0.1:1/v1", model="m")
-    from reasonrl.rewards.judge import judge_message
     assert judge_message(default, item()).endswith("Verdict: yes or Verdict: no")
 
 
@@ -333,7 +332,7 @@ def test_url_credentials_never_reach_a_reason_and_are_refused_at_load(echo):
     source.close()
     # the URL is written to config.yaml and the log: refused before anything loads, without being repeated
     with pytest.raises(ConfigError) as info:
-        load_config(["task=gsm8k", f"reward.judge.url=https://alice:pw-0xdead@judge.example/v1",
+        load_config(["task=gsm8k", "reward.judge.url=https://alice:pw-0xdead@judge.example/v1",
                      "reward.judge.model=m"], cuda_available=False)
     assert "reward.judge.url" in str(info.value) and "api_key_env" in str(info.value)
     assert "pw-0xdead" not in str(info.value)

@@ -23,6 +23,7 @@ SOURCES = ("rule", "model", "judge", "remote")
 TEMPLATE_SLOTS = ("prompt", "response", "ground_truth")
 """The slots a judge template may use; ``{response}`` is required."""
 
+
 class SectionError(ValueError):
     """A bad key or value in one of these sections; ``key`` is the full config key."""
 

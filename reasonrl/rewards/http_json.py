@@ -149,7 +149,7 @@ def post_json(url: str, payload: Any, timeout_s: float, headers: Optional[Dict[s
     text = data.decode("utf-8", errors="replace")
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise EndpointGarbage(f"the answer is not JSON: {excerpt(text, 200, secrets)}") from None
 
 

@@ -75,9 +75,10 @@ class JudgeSource:
                                          timed_out="Timeout" in type(exc).__name__)]
         try:
             choice = answer["choices"][0]
-            text = choice["message"]["content"] or ""
-            if not isinstance(text, str):
-                raise TypeError(f"the message's content is {type(text).__name__}, not text")
+            content = choice["message"]["content"] or ""
+            if not isinstance(content, str):
+                raise TypeError(f"the message's content is {type(content).__name__}, not text")
+            text = self.client.redact(content)  # before anything quotes it (a key is never half shown)
             if self.cfg.parser == "scale":
                 score = parse_scale(text, *self.cfg.scale, quoted=item[1])
             elif self.cfg.parser == "verdict":
@@ -86,7 +87,7 @@ class JudgeSource:
                 score = parse_logprob(choice["logprobs"]["content"][0]["top_logprobs"], self.cfg.verdicts)
         except Unparsable as exc:
             return [VerifyResult.failure(self.client.redact(f"{where}: unparsable answer: {exc}"),
-                                         judge_text=self._kept(_text_of(answer)))]
+                                         judge_text=text[:JUDGE_TEXT_CHARS])]
         except (KeyError, IndexError, TypeError) as exc:
             return [VerifyResult.failure(f"{where}: the answer is not a chat completion ({type(exc).__name__}: "
                                          f"{self.client.excerpt(str(exc), 80)}): {self.client.excerpt(answer, 160)}",
@@ -95,11 +96,7 @@ class JudgeSource:
         if problem:
             return [VerifyResult.failure(f"{where}: {problem}")]
         return [VerifyResult(score=score, correct=score >= float(self.cfg.correct_above),
-                             info={"reason": f"judge ({self.cfg.parser})", "judge_text": self._kept(text)})]
-
-    def _kept(self, text: str) -> str:
-        """The part of the judge's text a result keeps: redacted, then cut."""
-        return self.client.redact(text)[:JUDGE_TEXT_CHARS]
+                             info={"reason": f"judge ({self.cfg.parser})", "judge_text": text[:JUDGE_TEXT_CHARS]})]
 
     def pop_stats(self) -> Dict[str, float]:
         return self.client.pop_stats("reward_source/judge")
@@ -107,9 +104,3 @@ class JudgeSource:
     def close(self) -> None:
         self.client.close()
 
-
-def _text_of(answer: Any) -> str:
-    try:
-        return str(answer["choices"][0]["message"]["content"])
-    except (KeyError, IndexError, TypeError):
-        return ""
