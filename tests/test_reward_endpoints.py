@@ -203,17 +203,18 @@ def test_concurrency_cap_holds_and_is_reached(service):
 
 
 def test_judge_parsers_on_hand_made_answers():
-    assert parse_scale("The answer is 4, which is right. Score: 7", 0, 10) == 0.7  # the last number: (7-0)/10
-    assert parse_scale("8/10", 1, 10) == pytest.approx(1.0)  # the last number is 10: (10-1)/(10-1)
+    # the final line in the asked form (more cases, and the injections: test_reward_hostile.py)
+    assert parse_scale("The answer is 4, which is right.\nScore: 7", 0, 10) == 0.7  # (7-0)/10
+    assert parse_scale("8/10", 1, 10) == pytest.approx(7 / 9)  # the numerator: (8-1)/(10-1)
     assert parse_scale("Rating: 3", 1, 5) == 0.5  # (3-1)/(5-1)
     with pytest.raises(Unparsable, match="off the scale"):
         parse_scale("Score: 11", 0, 10)
-    with pytest.raises(Unparsable, match="no number"):
+    with pytest.raises(Unparsable, match="not a verdict in the asked form"):
         parse_scale("excellent", 0, 10)
     verdicts = {"CORRECT": 1.0, "INCORRECT": 0.0}
     assert parse_verdict("Verdict: incorrect.", verdicts) == 0.0  # whole words: INCORRECT is not CORRECT
-    assert parse_verdict("Correct, though INCORRECT units", verdicts) == 1.0  # the first verdict in the text
-    with pytest.raises(Unparsable, match="none of the verdicts"):
+    assert parse_verdict("Correct steps, INCORRECT units.\nVerdict: INCORRECT", verdicts) == 0.0  # the last line
+    with pytest.raises(Unparsable, match="not a verdict in the asked form"):
         parse_verdict("maybe", verdicts)
     # p(yes) = e^-0.5 = 0.6065, p(no) = e^-1.5 = 0.2231: 0.6065 / (0.6065 + 0.2231) = 0.7311 (= sigmoid(1))
     top = [{"token": " Yes", "logprob": -0.5}, {"token": "No", "logprob": -1.5}, {"token": "Maybe", "logprob": -2}]

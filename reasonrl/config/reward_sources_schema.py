@@ -24,10 +24,6 @@ SOURCES = ("rule", "model", "judge", "remote")
 TEMPLATE_SLOTS = ("prompt", "response", "ground_truth")
 """The slots a judge template may use; ``{response}`` is required."""
 
-DEFAULT_JUDGE_TEMPLATE = (
-    "You are grading an answer to a question.\n\nQuestion:\n{prompt}\n\nReference answer: {ground_truth}\n\n"
-    "Answer to grade:\n{response}\n\nIs the answer correct? Reply with one word: yes or no.")
-
 
 class SectionError(ValueError):
     """A bad key or value in one of these sections; ``key`` is the full config key."""
@@ -59,7 +55,12 @@ class EndpointConfig:
     api_key_env: Optional[str] = None
     """An environment variable holding a bearer token sent as ``Authorization: Bearer ...`` (None: no header). With
     the source on (``url`` set), a variable that is not set or empty where the run starts is a config error (its
-    value is never printed)."""
+    value is never printed). The only way to give a credential: a URL with one in it (``https://user:pass@host``) is
+    refused, as the URL is written to the run's config.yaml and log; the token never appears in a failure reason
+    (redacted)."""
+    max_response_bytes: int = 1048576
+    """Largest answer read (bytes, default 1 MiB); a larger one is not read further and fails its samples, the
+    reason naming this key (not retried)."""
     correct_above: float = 0.5
     """A score at or above this counts as correct (accuracy, pass@k) when the answer does not say itself."""
 
@@ -71,17 +72,20 @@ class JudgeConfig(EndpointConfig):
 
     model: str = ""
     """The model name the endpoint serves (the request's ``model``)."""
-    template: str = DEFAULT_JUDGE_TEMPLATE
+    template: Optional[str] = None
     """The judge's user message, with slots ``{prompt}`` (the row's last user message), ``{response}`` (required)
-    and ``{ground_truth}``; literal braces are doubled."""
+    and ``{ground_truth}``; literal braces are doubled. It must ask for the parser's form (a last line
+    ``Verdict: <word>`` or ``Score: <n>``). None: a grading prompt that asks for it (rewards/judge_parse.py)."""
     parser: str = "verdict"
-    """How the judge's answer becomes a score: scale (the last number in the text, on ``scale``, mapped to [0, 1]),
-    verdict (the first word of ``verdicts`` in the text gives its score), logprob (one token, the probability-weighted
-    score of the ``verdicts`` among the first token's top log-probs)."""
+    """How the judge's answer becomes a score, read from its final verdict only: verdict (a last line ``Verdict:
+    <word>``, a word of ``verdicts``, gives its score), scale (a last line ``Score: <n>``, n on ``scale``, mapped to
+    [0, 1]), logprob (one token, the probability-weighted score of the ``verdicts`` among the first token's top
+    log-probs). No verdict in the form, or labelled verdict lines that disagree, is a failure."""
     scale: List[float] = field(default_factory=lambda: [0.0, 10.0])
-    """parser=scale: [low, high] of the judge's number; low scores 0, high 1; a number outside is a failure."""
+    """parser=scale: [low, high] of the judge's number; low scores 0, high 1; a number outside is a failure, and so is
+    ``n/d`` or ``n out of d`` with d other than high."""
     verdicts: Dict[str, float] = field(default_factory=lambda: {"yes": 1.0, "no": 0.0})
-    """parser=verdict or logprob: each verdict word (case-insensitive, a whole word) and its score."""
+    """parser=verdict or logprob: each verdict word (case-insensitive, the whole verdict) and its score."""
     max_tokens: int = 16
     """Most tokens the judge writes (parser=logprob asks for one)."""
     top_logprobs: int = 20
@@ -135,7 +139,8 @@ class RewardSources:
                 "remote": bool(self.remote.url)}
 
 
-_POSITIVE = {"concurrency", "timeout_s", "batch_size", "max_length", "max_tokens", "top_logprobs", "max_backoff_s"}
+_POSITIVE = {"concurrency", "timeout_s", "batch_size", "max_length", "max_tokens", "top_logprobs", "max_backoff_s",
+             "max_response_bytes"}
 _NON_NEGATIVE = {"retries", "backoff_s", "temperature"}
 
 
@@ -158,10 +163,16 @@ def _build(cls, values: Optional[Mapping[str, Any]], prefix: str):
 
 
 def check_url(url: Any, key: str) -> None:
-    """An http:// or https:// URL with a host, else SectionError naming ``key``."""
+    """An http:// or https:// URL with a host and no credentials in it, else SectionError naming ``key`` (a URL
+    with credentials is refused without being repeated: the message would carry them)."""
     parts = urlsplit(str(url))
+    if "@" in parts.netloc:
+        raise SectionError(key, "has credentials in it (user:password@host), which would be written to the run's "
+                                "config.yaml and log; drop them and name an environment variable holding the token in "
+                                f"{key.rsplit('.', 1)[0]}.api_key_env")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SectionError(key, f"{url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+        shown = "the value" if "@" in str(url) else repr(url)
+        raise SectionError(key, f"{shown} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
 
 
 def check_template(template: Any, key: str) -> None:
@@ -196,7 +207,8 @@ def reward_sources(reward: Any) -> RewardSources:
         raise SectionError("reward.model.dtype", f"must be float32, bfloat16 or float16, got {model.dtype!r}")
     judge = _build(JudgeConfig, reward.judge, "reward.judge")
     _check_endpoint(judge, "reward.judge")
-    check_template(judge.template, "reward.judge.template")
+    if judge.template is not None:
+        check_template(judge.template, "reward.judge.template")
     if judge.parser not in ("scale", "verdict", "logprob"):
         raise SectionError("reward.judge.parser", f"must be scale, verdict or logprob, got {judge.parser!r}")
     if len(judge.scale) != 2 or not judge.scale[0] < judge.scale[1]:

@@ -8,16 +8,21 @@ from typing import Callable, List, Sequence, Tuple
 
 from reasonrl.verifiers import VerifyResult
 
+from .redact import excerpt, redact
+
 
 class FutureHandle:
     """Results from futures, each covering some of the items: ``parts`` is ``[(indices, future)]`` where the future
     gives one VerifyResult per index. A future that raises fails its items, the reason naming the source and the
-    error; a cancelled one (the source was closed) raises."""
+    error (redacted of ``secrets``, the source's API key and URL credentials); a cancelled one (the source was
+    closed) raises."""
 
-    def __init__(self, count: int, parts: Sequence[Tuple[List[int], Future]], source: str) -> None:
+    def __init__(self, count: int, parts: Sequence[Tuple[List[int], Future]], source: str,
+                 secrets: Sequence[str] = ()) -> None:
         self.count = count
         self.parts = list(parts)
         self.source = source
+        self.secrets = list(secrets)
         self._results: List[VerifyResult] = []
 
     def __len__(self) -> int:
@@ -36,17 +41,19 @@ class FutureHandle:
             except CancelledError:
                 raise RuntimeError(f"reward source {self.source} is closed") from None
             except Exception as exc:  # noqa: BLE001  (a bug or an outage: the items fail, named)
-                results = [VerifyResult.failure(f"{self.source}: {type(exc).__name__}: {exc}")] * len(indices)
+                reason = redact(f"{self.source}: {type(exc).__name__}: {exc}", self.secrets)
+                results = [VerifyResult.failure(reason)] * len(indices)
             for i, r in zip(indices, results):
                 out[i] = r
         self._results = out
         return out
 
 
-def score_problem(score: object, score_range: Sequence[float]) -> str:
-    """Why ``score`` is not a usable score (a finite number inside ``score_range``), or ``""``."""
+def score_problem(score: object, score_range: Sequence[float], secrets: Sequence[str] = ()) -> str:
+    """Why ``score`` is not a usable score (a finite number inside ``score_range``), or ``""`` (a score that is not a
+    number is shown redacted of ``secrets``)."""
     if isinstance(score, bool) or not isinstance(score, (int, float)):
-        return f"the score {score!r:.60} is not a number"
+        return f"the score {excerpt(score, 60, secrets)} is not a number"
     if not math.isfinite(score):
         return f"the score {score} is not finite"
     low, high = score_range

@@ -3,12 +3,15 @@
 Request: ``POST <reward.remote.url>`` with ``{"items": [{"prompt": [messages], "response": str, "ground_truth": ...,
 "data_source": str, "extra_info": {...}}, ...]}`` (at most ``batch_size`` items). Answer: HTTP 200 with
 ``{"results": [...]}``, one entry per item in order, each ``{"score": number, "correct": bool (optional), "info":
-{...} (optional)}`` or ``{"error": "why"}``. A timeout, a refused connection, an HTTP error, an answer that is not
-JSON or not of this shape, a missing or non-finite score, or a score outside ``reward.score_range`` fails the
-samples it covers (named, never scored 0); timeouts, refusals and 408/429/5xx are retried first.
+{...} (optional)}`` or ``{"error": "why"}``. A timeout, a refused connection, an HTTP error, an answer over
+``max_response_bytes``, an answer that is not JSON or not of this shape, a missing or non-finite score, or a score
+outside ``reward.score_range`` fails the samples it covers (named, never scored 0); timeouts, refusals and
+408/429/5xx are retried first. A result keeps only ``info``'s short flat values (``kept_info``), redacted, never
+the answer itself.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Mapping, Sequence
 
 from reasonrl.config.reward_sources_schema import RemoteRewardConfig
@@ -17,6 +20,12 @@ from reasonrl.verifiers import VerifyResult
 from .handles import FutureHandle, batched, call, score_problem
 from .http_json import EndpointClient, EndpointError
 from .items import prompt_messages
+from .redact import excerpt, redact, safe_url
+
+INFO_KEYS = 16
+"""Most entries of a result's ``info`` that are kept."""
+INFO_CHARS = 200
+"""Longest string of a result's ``info`` that is kept (longer ones are cut)."""
 
 
 def item_payload(item: Any) -> Dict[str, Any]:
@@ -26,28 +35,50 @@ def item_payload(item: Any) -> Dict[str, Any]:
             "data_source": row.get("data_source"), "extra_info": dict(item[3] or {})}
 
 
+def kept_info(info: Any, secrets: Sequence[str] = ()) -> Dict[str, Any]:
+    """What a result keeps of the service's ``info``: at most ``INFO_KEYS`` entries whose values are None, a bool, a
+    finite number or a string (redacted, cut at ``INFO_CHARS``); nested values and the rest are dropped, counted in
+    ``info_dropped``."""
+    if not isinstance(info, Mapping):
+        return {}
+    kept: Dict[str, Any] = {}
+    for key, value in info.items():
+        if len(kept) >= INFO_KEYS:
+            break
+        if value is None or isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+            kept[redact(key, secrets)[:INFO_CHARS]] = value
+        elif isinstance(value, str):
+            kept[redact(key, secrets)[:INFO_CHARS]] = redact(value, secrets)[:INFO_CHARS]
+    if len(kept) < len(info):
+        kept["info_dropped"] = len(info) - len(kept)
+    return kept
+
+
 def parse_results(answer: Any, count: int, score_range: Sequence[float], correct_above: float,
-                  where: str) -> List[VerifyResult]:
-    """The ``count`` results of one answer (``where`` names the service in the reasons): each a verdict, or a
-    failure when its entry (or the whole answer) breaks the contract."""
+                  where: str, secrets: Sequence[str] = ()) -> List[VerifyResult]:
+    """The ``count`` results of one answer (``where`` names the service in the reasons; ``secrets`` are redacted
+    from every text taken from the answer): each a verdict, or a failure when its entry (or the whole answer) breaks
+    the contract."""
     results = answer.get("results") if isinstance(answer, Mapping) else None
     if not isinstance(results, list) or len(results) != count:
-        got = f"{len(results)} results" if isinstance(results, list) else f"{type(answer).__name__} {answer!r:.120}"
+        got = (f"{len(results)} results" if isinstance(results, list)
+               else f"{type(answer).__name__} {excerpt(answer, 120, secrets)}")
         return [VerifyResult.failure(f"{where}: the answer breaks the contract (want {{'results': [...]}} with "
                                      f"{count} entries, got {got})", garbage=True)] * count
     out = []
     for entry in results:
         if not isinstance(entry, Mapping):
-            out.append(VerifyResult.failure(f"{where}: a result is {entry!r:.80}, not an object", garbage=True))
-        elif entry.get("error") is not None:
-            out.append(VerifyResult.failure(f"{where}: the service could not score it: {entry['error']!s:.200}"))
-        elif score_problem(entry.get("score"), score_range):
-            out.append(VerifyResult.failure(f"{where}: {score_problem(entry.get('score'), score_range)}",
+            out.append(VerifyResult.failure(f"{where}: a result is {excerpt(entry, 80, secrets)}, not an object",
                                             garbage=True))
+        elif entry.get("error") is not None:
+            why = redact(entry["error"], secrets)
+            out.append(VerifyResult.failure(f"{where}: the service could not score it: {why:.200}"))
+        elif problem := score_problem(entry.get("score"), score_range, secrets):
+            out.append(VerifyResult.failure(f"{where}: {problem}", garbage=True))
         else:
             score = float(entry["score"])
             correct = entry.get("correct")
-            info = dict(entry.get("info") or {}) if isinstance(entry.get("info"), Mapping) else {}
+            info = kept_info(entry.get("info"), secrets)
             info.setdefault("reason", "scored by the remote endpoint")
             out.append(VerifyResult(score=score, correct=bool(correct) if isinstance(correct, bool)
                                     else score >= correct_above, info=info))
@@ -69,18 +100,19 @@ class RemoteRewardSource:
         for indices in batched(range(len(items)), int(self.cfg.batch_size)):
             batch = [items[i] for i in indices]
             parts.append((indices, self.client.submit(call(self._score, batch))))
-        return FutureHandle(len(items), parts, self.name)
+        return FutureHandle(len(items), parts, self.name, self.client.secrets)
 
     def _score(self, batch: List[Any]) -> List[VerifyResult]:
-        where = f"remote endpoint {self.cfg.url}"
+        where = f"remote endpoint {safe_url(self.cfg.url)}"
         try:
             answer = self.client.post({"items": [item_payload(item) for item in batch]})
         except EndpointError as exc:
             attempts = 1 + int(self.cfg.retries) if exc.retryable else None
             tried = f" (after {attempts} attempts)" if attempts and attempts > 1 else ""
-            return [VerifyResult.failure(f"{where}: {type(exc).__name__}: {exc}{tried}",
+            return [VerifyResult.failure(self.client.redact(f"{where}: {type(exc).__name__}: {exc}{tried}"),
                                          timed_out="Timeout" in type(exc).__name__)] * len(batch)
-        return parse_results(answer, len(batch), self.score_range, float(self.cfg.correct_above), where)
+        return parse_results(answer, len(batch), self.score_range, float(self.cfg.correct_above), where,
+                             self.client.secrets)
 
     def pop_stats(self) -> Dict[str, float]:
         return self.client.pop_stats("reward_source/remote")
