@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional
 
 from reasonrl.envs import EnvContext, StepResult, make_environment
-from reasonrl.envs.chat import BOUNDARY, NONCANONICAL, ChatTurns
+from reasonrl.envs.chat import BOUNDARY, NONCANONICAL, ChatTurns, encodable
 from reasonrl.envs.chat import encode_observation, special_token_ids  # noqa: F401  (re-exported)
 from reasonrl.envs.parsers import ParsedTurn, make_parser
 from reasonrl.envs.python_env import context_tool
@@ -213,7 +213,11 @@ class ToolRollout:
             return t.end("env_error" if t.env_failed else c.finish_reason)
         text = self.tokenizer.decode((t.prefill if t.turn_start == 0 else []) + t.ids[t.turn_start:],
                                      skip_special_tokens=True)
-        parsed: ParsedTurn = t.parser.parse(text)
+        try:
+            parsed: ParsedTurn = t.parser.parse(text)
+        except Exception as exc:  # a parser that breaks on this turn's text fails this trajectory, not the batch
+            log.exception("parsing a turn of environment %r failed", t.env_name)
+            return t.failed(f"parsing the model's turn failed: {type(exc).__name__}: {str(exc)[:200]}")
         if not parsed.any:
             if ended or not t.parser.inline:
                 return t.end(c.finish_reason)  # the model ended its answer
@@ -251,24 +255,31 @@ class ToolRollout:
             if why is not None:
                 t.failed(f"environment {t.env_name!r} step failed: {why}")
                 continue
-            results, seconds = value
-            t.seconds += seconds
-            texts = list(parsed.errors)
-            done = False
-            for call, result in zip(parsed.calls, results):
-                t.calls += 1
-                t.per_tool[call.name] += 1
-                t.errors += int(result.error)
-                t.timeouts += int(result.timed_out)
-                if result.reward is not None:
-                    t.env_reward = float(result.reward)
-                done = done or result.done
-                texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
-            t.errors += len(parsed.errors)
-            if done:
-                t.end("stop")
-                continue
-            self._append_observation(t, texts, budget)
+            try:
+                self._record(t, parsed, value, budget)
+            except Exception as exc:  # this trajectory's answer cannot become a tool turn: it fails, the batch goes on
+                log.exception("the tool turn of environment %r failed", t.env_name)
+                t.failed(f"environment {t.env_name!r} tool turn failed: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _record(self, t: Trajectory, parsed: ParsedTurn, value: Any, budget: int) -> None:
+        """Count one trajectory's step results and append its tool turn (or end it when the environment is done)."""
+        results, seconds = value
+        t.seconds += seconds
+        texts = list(parsed.errors)
+        done = False
+        for call, result in zip(parsed.calls, results):
+            t.calls += 1
+            t.per_tool[encodable(call.name)] += 1
+            t.errors += int(result.error)
+            t.timeouts += int(result.timed_out)
+            if result.reward is not None:
+                t.env_reward = float(result.reward)
+            done = done or result.done
+            texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
+        t.errors += len(parsed.errors)
+        if done:
+            return t.end("stop")
+        self._append_observation(t, texts, budget)
 
     @staticmethod
     def _steps(t: Trajectory):
@@ -289,10 +300,10 @@ class ToolRollout:
 
     def _append_observation(self, t: Trajectory, texts: List[str], budget: int) -> None:
         if t.parser.inline:
-            observation = "".join(texts)
+            observation = encodable("".join(texts))
             ids = encode_observation(self.tokenizer, observation)
         else:
-            observation = "\n\n".join(s.strip() for s in texts).strip() or "(no output)"
+            observation = encodable("\n\n".join(s.strip() for s in texts).strip() or "(no output)")
             ids = self.chat.tool_turn_ids(observation, t.pending_after_eos)
         t.observations.append(observation)
         room = budget - len(t.ids)
