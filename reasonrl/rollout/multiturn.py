@@ -69,6 +69,9 @@ class ToolCompletion(Completion):
     """Why the environment failed ("" when it did not): it raised or hung; the sample's reward is a failure."""
     env_reward: float = float("nan")
     """The last reward the environment gave (NaN: none)."""
+    step_rewards: List[float] = field(default_factory=list)
+    """Each step's reward, in order (NaN for a step that gave none): the environment's own verdicts (code_feedback's
+    per submission), which metrics read instead of the observations' text."""
     env_drift: int = -1
     """1: the trained tokens differ from the chat template's rendering of the conversation at a turn boundary, in a
     tool turn or in text (boundary drift, ``reasonrl.envs.chat``); 0: no such difference; -1: unchecked."""
@@ -80,8 +83,8 @@ class ToolCompletion(Completion):
 
 
 TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds", "env",
-                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "env_noncanonical",
-                  "conversation")
+                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "step_rewards", "env_drift",
+                  "env_noncanonical", "conversation")
 """Per-row fields a multi-turn rollout adds to the worker's ``generate`` batch (meta)."""
 
 
@@ -274,6 +277,7 @@ class ToolRollout:
             t.timeouts += int(result.timed_out)
             if result.reward is not None:
                 t.env_reward = float(result.reward)
+            t.step_rewards.append(math.nan if result.reward is None else float(result.reward))
             done = done or result.done
             texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
         t.errors += len(parsed.errors)
@@ -332,7 +336,8 @@ class ToolRollout:
                               tool_calls=t.calls, tool_errors=t.errors, tool_timeouts=t.timeouts,
                               tool_seconds=t.seconds, env=t.env_name, malformed_calls=t.malformed,
                               calls_per_tool=dict(t.per_tool), env_failed=t.env_failed,
-                              env_reward=t.env_reward if t.env_reward is not None else math.nan, env_drift=drift,
+                              env_reward=t.env_reward if t.env_reward is not None else math.nan,
+                              step_rewards=list(t.step_rewards), env_drift=drift,
                               env_noncanonical=noncanonical, conversation=conversation)
 
 

@@ -37,6 +37,7 @@ class Trajectory:
         self.per_tool: Counter = Counter()
         self.env_failed = ""
         self.env_reward: Optional[float] = None
+        self.step_rewards: List[float] = []  # each step's reward (NaN: none), in order
 
     def add(self, ids: List[int], tool: bool, logprobs: Optional[List[float]]) -> None:
         self.ids += ids
