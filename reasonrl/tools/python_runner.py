@@ -279,7 +279,7 @@ def supervise(pid, control, key, timeout, keep):
             emit(nonce, f"started {state['started']}")
             acknowledge()
             return
-        elif word == "replayed" and len(fds) == 1 and state["replayed_at"] is None:
+        if word == "replayed" and len(fds) == 1 and state["replayed_at"] is None:
             state["replayed_at"] = time.monotonic()
             state["deadline"] = state["replayed_at"] + timeout
             streams[fds[0]] = output.add
