@@ -27,6 +27,10 @@ class Echo(Environment):
     def echo(self, text):
         return StepResult(f"you said: {text}", reward=1.0)
 
+    @tool("Fail, quoting the text.", ECHO_SCHEMA)
+    def boom(self, text):
+        raise RuntimeError(f"cannot take {text}")
+
 
 def deep_call(levels: int) -> str:
     """A call whose argument is ``levels`` nested arrays: a few kilobytes of brackets."""
@@ -88,16 +92,20 @@ def test_finding_calls_reads_the_turn_once_however_many_tags_stay_open(closed_fi
 def test_one_hostile_trajectory_gets_an_error_turn_and_the_batch_completes(tokenizer):
     with pytest.raises(TypeError):  # what reached the tokenizer before: a lone surrogate it cannot encode
         tokenizer("you said: \ud800", add_special_tokens=False)
-    deep, lone, fine = (chat_prompt(tokenizer, q) for q in ("Nest.", "Escape.", "Echo hi."))
+    deep, lone, fine, crash = (chat_prompt(tokenizer, q) for q in ("Nest.", "Escape.", "Echo hi.", "Crash."))
     surrogates = '<tool_call>{"name": "echo", "arguments": {"text": "a\\ud800b\\udfff"}}</tool_call>'
     hi = '<tool_call>{"name": "echo", "arguments": {"text": "hi"}}</tool_call>'
     engine = ScriptedPolicy(tokenizer, {tuple(deep): [deep_call(3000), "\\boxed{1}"],
                                         tuple(lone): [surrogates, "\\boxed{2}"],
-                                        tuple(fine): [hi, "\\boxed{3}"]})
+                                        tuple(fine): [hi, "\\boxed{3}"],
+                                        tuple(crash): [surrogates.replace("echo", "boom"), "never"]})
     loop = ToolRollout(engine, tokenizer, None, max_turns=3, env_cfg=EnvConfig(max_call_chars=8192),
                        default_env="test_echo")
-    out = loop.generate([deep, lone, fine], SamplingParams(n=2, max_new_tokens=4000))
-    for d, s, f in zip(*out):
+    out = loop.generate([deep, lone, fine, crash], SamplingParams(n=2, max_new_tokens=4000))
+    for c in out[3]:  # an environment that raises, quoting the call: a recorded failure that any log can encode
+        assert c.finish_reason == "env_error" and "RuntimeError: cannot take a\ufffdb\ufffd" in c.env_failed
+        c.env_failed.encode("utf-8")
+    for d, s, f in zip(*out[:3]):
         for c in (d, s, f):
             assert c.env_failed == "" and c.finish_reason == "stop" and c.turns == 2 and c.env_drift == 0
         assert "nested 3002 levels deep" in tool_runs(tokenizer, d)[0] and d.malformed_calls == 1
