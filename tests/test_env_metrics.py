@@ -37,33 +37,27 @@ def test_failed_environments_become_failed_results_and_conversations_read_whole(
     assert text == "[assistant]\n<tool_call>...\n[tool]\n5"
 
 
-def _tool(text):
-    return {"role": "tool", "content": f"```output\n{text}\n```\n"}
-
-
 def test_feedback_metrics_count_first_failures_and_fixes():
-    ask = {"role": "assistant", "content": "```python\n...\n```"}
-    passed, failed = _tool("All 3 tests passed."), _tool("1 of 3 tests passed.\nFAILED assert f(2) == 4: ...")
-    not_run = _tool("Error: the tests could not run (sandbox busy)")
+    nan = math.nan
     gen = {"env": ["code_feedback"] * 5 + ["search"],
-           "conversation": [[ask, passed],               # 0: first passed
-                            [ask, failed, ask, passed],  # 1: first failed, the second passed
-                            [ask, failed, ask],          # 2: first failed, the last program (turn 3) is untested
-                            [ask],                       # 3: no tool turn: nothing the tests ran on
-                            [ask, not_run, ask, passed],  # 4: the first had no verdict: not counted
-                            [ask, failed]]}              # 5: another environment: not counted
+           "step_rewards": [[1.0],          # 0: first passed
+                            [1 / 3, 1.0],   # 1: first failed, the second passed
+                            [0.5],          # 2: first failed, the last program (turn 3) is untested
+                            [],             # 3: no step: nothing the tests ran on
+                            [nan, 1.0],     # 4: the first had no verdict (the tests could not run): not counted
+                            [0.0]]}         # 5: another environment: not counted
     right, wrong = VerifyResult(1.0, True, {}), VerifyResult(0.0, False, {})
-    m = env_metrics(gen)  # no verdicts: a later tool turn that passed is the fix (row 1 only)
+    m = env_metrics(gen)  # no verdicts: a later step that passed is the fix (row 1 only)
     # 5 code_feedback rows: first passed {0} = 1/5, first failed {1, 2} = 2/5, fixed {1} = 1/5, fix rate 1/2
     assert (m["env/code_feedback/first_passed"], m["env/code_feedback/first_failed"]) == (1 / 5, 2 / 5)
     assert (m["env/code_feedback/fixed"], m["env/code_feedback/fix_rate"]) == (1 / 5, 1 / 2)
     # with verdicts the final program decides: row 2's untested last program passed, row 1's verdict failed
-    # (a sandbox failure there would fall back to the tool turns: row 1 fixed again)
+    # (a sandbox failure there would fall back to the steps: row 1 fixed again)
     m = env_metrics(gen, [right, wrong, right, wrong, right, right])
     assert (m["env/code_feedback/fixed"], m["env/code_feedback/fix_rate"]) == (1 / 5, 1 / 2)
     m = env_metrics(gen, [right, VerifyResult.failure("x"), right, wrong, right, right])
     assert (m["env/code_feedback/fixed"], m["env/code_feedback/fix_rate"]) == (2 / 5, 1.0)
     # rows 1, 2 both fixed: 2/5; fix rate 2 of 2 first failures
-    gen_no_cf = {"env": ["search"], "conversation": [[ask, failed]]}
+    gen_no_cf = {"env": ["search"], "step_rewards": [[0.0]]}
     assert not any(k.startswith("env/code_feedback/") for k in env_metrics(gen_no_cf))
-    assert "env/code_feedback/fixed" not in env_metrics({k: v for k, v in gen.items() if k != "conversation"})
+    assert "env/code_feedback/fixed" not in env_metrics({k: v for k, v in gen.items() if k != "step_rewards"})

@@ -91,6 +91,74 @@ def test_writing_protocol_to_every_descriptor_forges_nothing(backend, tools):
         s.close()
 
 
+# Sends the control protocol's messages to every socket the program holds, with guessed keys (none, zeros, random
+# ones) in front; a "replayed" message carries a pipe of its own holding FORGED, as the runner's carries its output's.
+SPEAK = ("import os, stat, array, secrets, _socket\n"
+         "def speak(words):\n"
+         "    keys = ['', '0' * 32] + [secrets.token_hex(16) for _ in range(16)]\n"
+         "    socks = []\n"
+         "    for fd in range(3, 256):\n"
+         "        try:\n"
+         "            if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+         "                socks.append(fd)\n"
+         "        except OSError:\n"
+         "            pass\n"
+         "    for fd in socks:\n"
+         "        sock = _socket.socket(fileno=os.dup(fd))\n"
+         "        for key in keys:\n"
+         "            for word in words:\n"
+         "                r, w = os.pipe()\n"
+         "                os.write(w, b'FORGED\\n')\n"
+         "                os.close(w)\n"
+         "                msg = ((key + ' ') if key else '') + word\n"
+         "                try:\n"
+         "                    sock.sendmsg([msg.encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, "
+         "array.array('i', [r]))])\n"
+         "                except OSError:\n"
+         "                    pass\n"
+         "                os.close(r)\n"
+         "        sock.close()\n"
+         "    assert socks, 'no socket to speak on'\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_control_messages_without_the_runners_key_are_ignored(backend, tools):
+    s = tools(backend).open_session()
+    try:
+        assert s.call("kept = 'still here'").output == ""
+        # in the new cell: claim to have returned, then end the interpreter; the claim must not make it a success
+        r = s.call(SPEAK + "speak(['done ok', 'done raised'])\nos._exit(0)")
+        assert r.error and "ended the interpreter (exit status 0)" in r.output, r
+        r = s.call("print(kept)")  # the exiting cell was not kept, so its replay cannot end the session
+        assert r.output == "still here" and not r.error, r
+        # while replayed: claim the replay is done (with a pipe of FORGED) and skip ahead, then go on as before
+        r = s.call(SPEAK + "if stat.S_ISREG(os.fstat(1).st_mode):\n"
+                   "    speak(['replayed 0', 'start 5', 'done ok'])\nkept += '!'")
+        assert r.output == "" and not r.error, r
+        for _ in range(2):  # the next calls show their own output: the replayed cell chose nothing of it
+            r = s.call("print(kept)")
+            assert r.output == "still here!" and not r.error, r
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cell_that_breaks_its_replay_loses_only_itself_and_what_followed(backend, tools):
+    s = tools(backend).open_session()
+    try:
+        assert s.call("a = 1").output == ""
+        # runs fine the first time, ends the interpreter when replayed (its stdout is then a regular file)
+        bomb = "import os, stat\nb = 2\nif stat.S_ISREG(os.fstat(1).st_mode):\n    os._exit(0)"
+        assert s.call(bomb).output == ""
+        r = s.call("c = 3")  # its replay ends the interpreter before this cell starts
+        assert r.error and "block 2 of this session failed when it was run again" in r.output, r
+        assert "it and the 0 blocks after it were dropped, the variables of the 1 blocks before it are kept" in r.output
+        r = s.call("print(a, 'b' in dir(), 'c' in dir())")
+        assert r.output == "1 False False" and not r.error, r
+    finally:
+        s.close()
+
+
 ENDINGS = {
     # name: (cell, what the tool turn must say)
     "os_exit_0": ("import os\nprint('bye')\nos._exit(0)", "ended the interpreter (exit status 0)"),

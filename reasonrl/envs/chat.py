@@ -22,6 +22,7 @@ Imports neither torch nor ray.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -29,6 +30,7 @@ MODEL_SENTINEL = "MODELTURN7f3a"
 TOOL_SENTINEL = "TOOLTURN7f3a"
 PROBE = [{"role": "user", "content": "u"}]
 IDENTICAL, NONCANONICAL, BOUNDARY = "identical", "noncanonical", "boundary"
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,18 @@ def first_difference(ids: Sequence[int], expected: Sequence[int]) -> Optional[in
     return None if len(ids) <= len(expected) else len(expected)
 
 
+def encodable(text: str) -> str:
+    """``text`` with every surrogate code point (a lone ``\\ud800`` from a tool call's JSON escapes, which UTF-8
+    cannot encode and a tokenizer refuses) replaced by U+FFFD."""
+    return SURROGATE.sub("\ufffd", text)
+
+
 def encode_observation(tokenizer: Any, text: str) -> List[int]:
     """Token ids of an environment's output, as *text*: a chat-template marker the output contains
     (``<|im_end|>``, ``<|im_start|>user``) becomes the ordinary tokens of its characters, never the special token, so
-    a program cannot forge a turn of the chat. Raises if the tokenizer cannot split special tokens."""
-    ids = list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    a program cannot forge a turn of the chat; a surrogate becomes U+FFFD (``encodable``). Raises if the tokenizer
+    cannot split special tokens."""
+    ids = list(tokenizer(encodable(text), add_special_tokens=False, split_special_tokens=True)["input_ids"])
     special = set(special_token_ids(tokenizer))
     if special.intersection(ids):
         raise ValueError(f"tokenizer {type(tokenizer).__name__} kept special tokens in a tool output although asked "

@@ -1,12 +1,14 @@
 """The ``code_feedback`` environment: MBPP in turns (``task=code_feedback``). The model submits a fenced ```python
 program; the environment runs the row's tests on it in the sandbox (the code verifier's harness,
 ``reasonrl.verifiers.code``) and answers with the failures, so the model may fix its code and submit again. Reward:
-the fraction of tests the latest submission passes (the trajectory's ``env_reward`` is the final submission's);
-all passing ends the trajectory. The verifier then scores the response's last program the same way.
+the fraction of tests the latest submission passes, 1.0 exactly when the harness says every test passed (the
+trajectory's ``env_reward`` is the final submission's; each step's reward is in its ``step_rewards``, which the
+feedback metrics read: never the observation's text, which quotes what the program printed); all passing ends the
+trajectory. The verifier then scores the response's last program the same way.
 """
 from __future__ import annotations
 
-import re
+import math
 from typing import Any, Dict, List, Optional
 
 from .base import EnvContext, Environment, StepResult, ToolCall, check_arguments
@@ -14,10 +16,9 @@ from .registry import register_environment
 
 MAX_FAILURES_SHOWN = 3
 ALL_PASSED = "All {total} tests passed."
-"""The feedback of a submission that passed every test (``submission_passed`` reads it back)."""
+"""The feedback of a submission that passed every test."""
 NOT_RUN = "Error: the tests could not run"
 """The start of the observation when the sandbox gave no verdict (neither a pass nor a failure)."""
-_ALL_PASSED_RE = re.compile(re.escape(ALL_PASSED).replace(re.escape("{total}"), r"\d+"))
 CODE_SCHEMA = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
 
 
@@ -49,12 +50,12 @@ def feedback(result: Any) -> str:
     return "\n".join(lines)
 
 
-def submission_passed(observation: str) -> Optional[bool]:
-    """What one tool turn of this environment says of its submission: True (every test passed), False (a failure, or
-    a bad call), None (the tests could not run: no verdict)."""
-    if NOT_RUN in observation:
+def submission_passed(reward: float) -> Optional[bool]:
+    """The harness's verdict on one submission, from its step's reward (``step_rewards``): True (every test passed:
+    1.0), False (a failure: less), None (no verdict: the tests could not run, or a bad call; NaN)."""
+    if reward is None or math.isnan(reward):
         return None
-    return bool(_ALL_PASSED_RE.search(observation))
+    return reward >= 1.0
 
 
 @register_environment("code_feedback")
@@ -79,5 +80,5 @@ class CodeFeedbackEnvironment(Environment):
         result = self.runner.verify(f"```python\n{call.arguments['code']}\n```", truth)
         if result.failed:  # the sandbox could not run: no verdict to give
             return StepResult(f"{NOT_RUN} ({result.info.get('reason', '?')})", error=True)
-        return StepResult(feedback(result), reward=float(result.score), done=bool(result.correct),
-                          error=not result.correct)
+        return StepResult(feedback(result), reward=1.0 if result.correct else float(result.score),
+                          done=bool(result.correct), error=not result.correct)

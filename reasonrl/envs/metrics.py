@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 
 ENV_COLUMNS = ("env", "turns", "calls_per_tool", "malformed_calls", "env_failed", "tool_seconds", "env_drift",
-               "env_noncanonical", "env_reward", "conversation")
+               "env_noncanonical", "env_reward", "step_rewards")
 """The per-response columns ``env_metrics`` and ``with_env_failures`` read."""
 
 
@@ -59,22 +59,23 @@ def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, 
             agree = [bool(r > 0.5) == bool(results[i].correct) for i, r in rewards if not results[i].failed]
             if agree:
                 out["env/reward_verifier_agreement"] = sum(agree) / len(agree)
-    out.update(feedback_metrics(envs, _column(gen, "conversation"), results))
+    out.update(feedback_metrics(envs, _column(gen, "step_rewards"), results))
     return out
 
 
-def feedback_metrics(envs: Sequence[str], conversations: Optional[Sequence[Any]],
+def feedback_metrics(envs: Sequence[str], step_rewards: Optional[Sequence[Any]],
                      results: Optional[Sequence[Any]] = None) -> Dict[str, float]:
-    """Whether feedback helped, over the ``code_feedback`` trajectories (each trajectory's first submission read from
-    its first tool turn, ``code_feedback.submission_passed``):
+    """Whether feedback helped, over the ``code_feedback`` trajectories. Each submission's verdict is the test
+    harness's, carried by its step's reward (``step_rewards``, ``code_feedback.submission_passed``); nothing the
+    program printed is read:
 
-    - ``env/code_feedback/first_passed``, ``first_failed``: shares of the trajectories whose first submission passed /
-      failed its tests (the rest submitted nothing the tests ran on);
+    - ``env/code_feedback/first_passed``, ``first_failed``: shares of the trajectories whose first step passed /
+      failed its tests (the rest submitted nothing, or their first submission got no verdict);
     - ``fixed``: the share whose first submission failed and a later one passed: the verifier's verdict on the final
       program when ``results`` are given (that program may come in the last turn, which the environment never runs),
-      else a later tool turn that passed;
+      else a later step that passed;
     - ``fix_rate``: ``fixed / first_failed`` (when any first submission failed)."""
-    if conversations is None:
+    if step_rewards is None:
         return {}
     from .code_feedback import submission_passed
 
@@ -83,7 +84,7 @@ def feedback_metrics(envs: Sequence[str], conversations: Optional[Sequence[Any]]
         return {}
     first_passed = first_failed = fixed = 0
     for i in picked:
-        verdicts = [submission_passed(m.get("content", "")) for m in conversations[i] or [] if m.get("role") == "tool"]
+        verdicts = [submission_passed(r) for r in step_rewards[i] or []]
         if not verdicts or verdicts[0] is None:
             continue
         if verdicts[0]:

@@ -11,12 +11,14 @@ observation is text inside the assistant's message (``render_inline``) or a ``to
   inline as a ```output block (today's Python tool).
 
 Limits (``env`` config): at most ``max_calls_per_turn`` calls run per turn (the rest are one error), a call longer
-than ``max_call_chars`` is refused unread. Imports neither torch nor ray.
+than ``max_call_chars`` is refused unread, and one nested deeper than ``MAX_JSON_DEPTH`` is refused before it is
+decoded (``json`` recurses per level: thousands of brackets would raise ``RecursionError``). Finding the calls is one
+pass over the turn (``str.find`` forwards only), so a turn of many unclosed tags costs time linear in its length.
+Imports neither torch nor ray.
 """
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
@@ -24,8 +26,9 @@ from reasonrl.registry import Registry
 
 from .base import ToolCall
 
-HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-HERMES_OPEN = "<tool_call>"
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+MAX_JSON_DEPTH = 32
+"""The deepest nesting of arrays and objects a tool call's JSON may have (a real call needs a few levels)."""
 
 
 @dataclass
@@ -56,14 +59,12 @@ class HermesParser:
     def parse(self, turn_text: str) -> ParsedTurn:
         """Every call in ``turn_text``; an opening tag never closed counts as one malformed call."""
         out = ParsedTurn()
-        matches = HERMES_CALL.findall(turn_text)
-        tail = turn_text[turn_text.rfind("</tool_call>") + 1:] if matches else turn_text
-        if HERMES_OPEN in tail:
+        bodies, count, unclosed = call_bodies(turn_text, self.max_calls)
+        if unclosed:
             out.errors.append("Error: a <tool_call> was never closed with </tool_call>")
-        if len(matches) > self.max_calls:
-            out.errors.append(f"Error: {len(matches)} tool calls in one turn; only the first {self.max_calls} ran")
-            matches = matches[:self.max_calls]
-        for body in matches:
+        if count > self.max_calls:
+            out.errors.append(f"Error: {count} tool calls in one turn; only the first {self.max_calls} ran")
+        for body in bodies:
             call = self.parse_one(body)
             if isinstance(call, str):
                 out.errors.append(call)
@@ -75,19 +76,68 @@ class HermesParser:
         """A ``ToolCall`` from the JSON between the tags, or the error text."""
         if len(body) > self.max_chars:
             return f"Error: a tool call of {len(body)} characters is longer than the limit of {self.max_chars}"
-        try:
-            obj = json.loads(body)
-        except ValueError as exc:
-            return f"Error: the tool call is not valid JSON ({str(exc)[:80]})"
+        obj, why = load_json(body)
+        if why is not None:
+            return f"Error: the tool call is not valid JSON ({why[:80]})"
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return 'Error: a tool call must be a JSON object {"name": ..., "arguments": {...}}'
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # some models write the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
+            args, why = load_json(args)
+            if why is not None:
                 return f"Error: the arguments of {obj['name'][:60]!r} are not a JSON object"
         return ToolCall(obj["name"], args if args is not None else {})
+
+
+def call_bodies(text: str, keep: int):
+    """(the texts between the first ``keep`` ``<tool_call>``/``</tool_call>`` pairs, how many pairs there are,
+    whether a ``<tool_call>`` after the last pair is never closed). Each search starts where the previous one ended,
+    so the whole scan reads ``text`` once, whatever it holds."""
+    bodies, count, pos = [], 0, 0
+    while True:
+        start = text.find(HERMES_OPEN, pos)
+        if start < 0:
+            return bodies, count, False
+        end = text.find(HERMES_CLOSE, start + len(HERMES_OPEN))
+        if end < 0:  # no closing tag after this one, so none after any later opening tag either
+            return bodies, count, True
+        count += 1
+        if count <= keep:
+            bodies.append(text[start + len(HERMES_OPEN):end])
+        pos = end + len(HERMES_CLOSE)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` outside JSON strings (one pass, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "[" or ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == "]" or ch == "}":
+            depth -= 1
+    return deepest
+
+
+def load_json(text: str):
+    """(the decoded value, None) or (None, why it is refused): not JSON, or nested deeper than ``MAX_JSON_DEPTH``."""
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        return None, f"nested {depth} levels deep, more than {MAX_JSON_DEPTH}"
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError) as exc:
+        return None, str(exc)
 
 
 class ToolFormatParser:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional
 
 from reasonrl.envs import EnvContext, StepResult, make_environment
-from reasonrl.envs.chat import BOUNDARY, NONCANONICAL, ChatTurns
+from reasonrl.envs.chat import BOUNDARY, NONCANONICAL, ChatTurns, encodable
 from reasonrl.envs.chat import encode_observation, special_token_ids  # noqa: F401  (re-exported)
 from reasonrl.envs.parsers import ParsedTurn, make_parser
 from reasonrl.envs.python_env import context_tool
@@ -69,6 +69,9 @@ class ToolCompletion(Completion):
     """Why the environment failed ("" when it did not): it raised or hung; the sample's reward is a failure."""
     env_reward: float = float("nan")
     """The last reward the environment gave (NaN: none)."""
+    step_rewards: List[float] = field(default_factory=list)
+    """Each step's reward, in order (NaN for a step that gave none): the environment's own verdicts (code_feedback's
+    per submission), which metrics read instead of the observations' text."""
     env_drift: int = -1
     """1: the trained tokens differ from the chat template's rendering of the conversation at a turn boundary, in a
     tool turn or in text (boundary drift, ``reasonrl.envs.chat``); 0: no such difference; -1: unchecked."""
@@ -80,8 +83,8 @@ class ToolCompletion(Completion):
 
 
 TOOL_META_KEYS = ("tool_mask", "turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds", "env",
-                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "env_drift", "env_noncanonical",
-                  "conversation")
+                  "malformed_calls", "calls_per_tool", "env_failed", "env_reward", "step_rewards", "env_drift",
+                  "env_noncanonical", "conversation")
 """Per-row fields a multi-turn rollout adds to the worker's ``generate`` batch (meta)."""
 
 
@@ -213,7 +216,11 @@ class ToolRollout:
             return t.end("env_error" if t.env_failed else c.finish_reason)
         text = self.tokenizer.decode((t.prefill if t.turn_start == 0 else []) + t.ids[t.turn_start:],
                                      skip_special_tokens=True)
-        parsed: ParsedTurn = t.parser.parse(text)
+        try:
+            parsed: ParsedTurn = t.parser.parse(text)
+        except Exception as exc:  # a parser that breaks on this turn's text fails this trajectory, not the batch
+            log.exception("parsing a turn of environment %r failed", t.env_name)
+            return t.failed(f"parsing the model's turn failed: {type(exc).__name__}: {str(exc)[:200]}")
         if not parsed.any:
             if ended or not t.parser.inline:
                 return t.end(c.finish_reason)  # the model ended its answer
@@ -251,24 +258,32 @@ class ToolRollout:
             if why is not None:
                 t.failed(f"environment {t.env_name!r} step failed: {why}")
                 continue
-            results, seconds = value
-            t.seconds += seconds
-            texts = list(parsed.errors)
-            done = False
-            for call, result in zip(parsed.calls, results):
-                t.calls += 1
-                t.per_tool[call.name] += 1
-                t.errors += int(result.error)
-                t.timeouts += int(result.timed_out)
-                if result.reward is not None:
-                    t.env_reward = float(result.reward)
-                done = done or result.done
-                texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
-            t.errors += len(parsed.errors)
-            if done:
-                t.end("stop")
-                continue
-            self._append_observation(t, texts, budget)
+            try:
+                self._record(t, parsed, value, budget)
+            except Exception as exc:  # this trajectory's answer cannot become a tool turn: it fails, the batch goes on
+                log.exception("the tool turn of environment %r failed", t.env_name)
+                t.failed(f"environment {t.env_name!r} tool turn failed: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _record(self, t: Trajectory, parsed: ParsedTurn, value: Any, budget: int) -> None:
+        """Count one trajectory's step results and append its tool turn (or end it when the environment is done)."""
+        results, seconds = value
+        t.seconds += seconds
+        texts = list(parsed.errors)
+        done = False
+        for call, result in zip(parsed.calls, results):
+            t.calls += 1
+            t.per_tool[encodable(call.name)] += 1
+            t.errors += int(result.error)
+            t.timeouts += int(result.timed_out)
+            if result.reward is not None:
+                t.env_reward = float(result.reward)
+            t.step_rewards.append(math.nan if result.reward is None else float(result.reward))
+            done = done or result.done
+            texts.append(self._shown(t, call.name, result, len(parsed.calls) + len(parsed.errors) > 1))
+        t.errors += len(parsed.errors)
+        if done:
+            return t.end("stop")
+        self._append_observation(t, texts, budget)
 
     @staticmethod
     def _steps(t: Trajectory):
@@ -289,10 +304,10 @@ class ToolRollout:
 
     def _append_observation(self, t: Trajectory, texts: List[str], budget: int) -> None:
         if t.parser.inline:
-            observation = "".join(texts)
+            observation = encodable("".join(texts))
             ids = encode_observation(self.tokenizer, observation)
         else:
-            observation = "\n\n".join(s.strip() for s in texts).strip() or "(no output)"
+            observation = encodable("\n\n".join(s.strip() for s in texts).strip() or "(no output)")
             ids = self.chat.tool_turn_ids(observation, t.pending_after_eos)
         t.observations.append(observation)
         room = budget - len(t.ids)
@@ -321,7 +336,8 @@ class ToolRollout:
                               tool_calls=t.calls, tool_errors=t.errors, tool_timeouts=t.timeouts,
                               tool_seconds=t.seconds, env=t.env_name, malformed_calls=t.malformed,
                               calls_per_tool=dict(t.per_tool), env_failed=t.env_failed,
-                              env_reward=t.env_reward if t.env_reward is not None else math.nan, env_drift=drift,
+                              env_reward=t.env_reward if t.env_reward is not None else math.nan,
+                              step_rewards=list(t.step_rewards), env_drift=drift,
                               env_noncanonical=noncanonical, conversation=conversation)
 
 

@@ -6,6 +6,8 @@ import logging
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
+from reasonrl.envs.chat import encodable
+
 log = logging.getLogger(__name__)
 
 
@@ -37,6 +39,7 @@ class Trajectory:
         self.per_tool: Counter = Counter()
         self.env_failed = ""
         self.env_reward: Optional[float] = None
+        self.step_rewards: List[float] = []  # each step's reward (NaN: none), in order
 
     def add(self, ids: List[int], tool: bool, logprobs: Optional[List[float]]) -> None:
         self.ids += ids
@@ -49,8 +52,9 @@ class Trajectory:
         self.close()
 
     def failed(self, why: str) -> None:
-        """The environment broke (raised, hung, would not start): the trajectory ends, its sample is a failure."""
-        self.env_failed = why
+        """The environment broke (raised, hung, would not start): the trajectory ends, its sample is a failure. ``why``
+        may quote the model's call: a surrogate in it becomes U+FFFD, so the logs that carry it can encode it."""
+        self.env_failed = encodable(why)
         self.parser = None
         if self.turns:
             self.end("env_error")

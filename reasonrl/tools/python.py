@@ -6,8 +6,10 @@ in a fresh sandbox before the new cell (``python_runner.py``). So every call get
 limits afresh, nothing of the model's runs between calls (no long-lived process whose CPU time, memory or stray
 children could pile up across a trajectory), and tearing a session down cannot leak anything. The price is re-running
 earlier cells (at most ``rollout.max_turns - 1`` of them); a cell that timed out, crashed or ended the interpreter is
-not replayed (what it did is gone, the earlier cells' state is kept). What the call shows and how it ended come from
-the runner's supervisor process, in nonce-tagged lines the program cannot write (``python_runner.py``).
+not replayed (what it did is gone, the earlier cells' state is kept), and a replay that dies in a cell drops that
+cell and the later ones (the cells before it are kept). What the call shows and how it ended come from the runner's
+supervisor process, in nonce-tagged lines the program cannot write, told by control messages carrying a key the
+program's cells never see (``python_runner.py``).
 """
 from __future__ import annotations
 
@@ -37,12 +39,17 @@ SYSTEM_PROMPT = (
 """The system message of ``task=math_tool``: how to call the tool, and the answer format the verifier reads."""
 LOST = "what this block did is lost; the variables of the earlier blocks are kept"
 RESET = "ToolError: the interpreter state could not be restored and was reset; run your code again"
+DROPPED = ("ToolError: block {first} of this session failed when it was run again (it ended, hung or was killed); "
+           "it and the {later} blocks after it were dropped, the variables of the {kept} blocks before it are kept; run "
+           "your code again")
+NO_START = "ToolError: the interpreter could not start; run your code again"
 
 
-def read_frames(stdout: str, nonce: str) -> Tuple[Optional[float], Optional[Dict[str, Any]]]:
-    """(replay seconds, result) from the runner supervisor's nonce-tagged lines; None for a line that is missing.
-    Only the supervisor holds the sandbox's stdout and the nonce, so no line of the program's can be taken."""
-    replayed, result = None, None
+def read_frames(stdout: str, nonce: str) -> Tuple[Optional[float], int, Optional[Dict[str, Any]]]:
+    """(replay seconds, the last replayed cell that started or -1, result) from the runner supervisor's nonce-tagged
+    lines; None for a line that is missing. Only the supervisor holds the sandbox's stdout and the nonce, so no line
+    of the program's can be taken."""
+    replayed, started, result = None, -1, None
     for line in stdout.splitlines():
         tag, _, rest = line.partition(" ")
         if tag != nonce:
@@ -51,11 +58,13 @@ def read_frames(stdout: str, nonce: str) -> Tuple[Optional[float], Optional[Dict
         try:
             if word == "replayed":
                 replayed = float(arg)
+            elif word == "started":
+                started = max(started, int(arg))
             elif word == "result":
                 result = json.loads(arg)
         except ValueError:
             continue
-    return replayed, result
+    return replayed, started, result
 
 
 class PythonSession:
@@ -83,10 +92,9 @@ class PythonSession:
             return ToolResult(f"ToolError: the sandbox failed ({type(exc).__name__}: {str(exc)[:200]})", error=True,
                               seconds=time.monotonic() - start)
         seconds = time.monotonic() - start
-        replayed, result = read_frames(res.stdout, nonce)
-        if replayed is None:  # the interpreter died before the new cell started: an earlier cell ends it on replay
-            self.cells, self.cell_seconds = [], []
-            return ToolResult(RESET, error=True, seconds=seconds)
+        replayed, started, result = read_frames(res.stdout, nonce)
+        if replayed is None or (result is not None and result["status"] == "replay_failed"):
+            return self._replay_failed(started, seconds)  # the interpreter died before the new cell started
         if result is None:  # the supervisor itself was stopped: killed by the cell, or the sandbox's hard limit
             if res.timed_out:
                 return self._timeout("", seconds)
@@ -94,9 +102,6 @@ class PythonSession:
             return ToolResult(f"ToolError: the interpreter was killed ({why}); {LOST}", error=True, seconds=seconds)
         shown, dropped = result["head"] + result["tail"], result["dropped"] > 0
         status, code_ = result["status"], result["code"]
-        if status == "replay_failed":
-            self.cells, self.cell_seconds = [], []
-            return ToolResult(RESET, error=True, seconds=seconds)
         if status == "timeout" or (status == "killed" and code_ == -SIGXCPU):  # wall or CPU (threads) time
             return self._timeout(shown, seconds, dropped)
         if status == "exited":
@@ -109,6 +114,20 @@ class PythonSession:
         self.cells.append(code)
         self.cell_seconds.append(min(t.timeout_s, max(0.0, float(result["cell_s"]))))
         return ToolResult(t.cut(shown, truncated=dropped), error=status == "raised", seconds=seconds)
+
+    def _replay_failed(self, started: int, seconds: float) -> ToolResult:
+        """The replay died in cell ``started`` (or a later effect of an earlier one showed there): that cell and the
+        later ones are dropped, the earlier ones kept; so every such failure shortens the session, and a cell that
+        breaks its replay on purpose loses only itself and what came after it. -1: no cell started (the runner
+        itself failed): nothing is dropped."""
+        if started < 0:
+            return ToolResult(NO_START, error=True, seconds=seconds)
+        if started >= len(self.cells):  # the runner never names a cell it was not given: nothing to trust
+            self.cells, self.cell_seconds = [], []
+            return ToolResult(RESET, error=True, seconds=seconds)
+        later = len(self.cells) - started - 1
+        del self.cells[started:], self.cell_seconds[started:]
+        return ToolResult(DROPPED.format(first=started + 1, later=later, kept=started), error=True, seconds=seconds)
 
     def _timeout(self, shown: str, seconds: float, dropped: bool = False) -> ToolResult:
         note = f"TimeoutError: the code ran longer than {self.tool.timeout_s:g} s and was stopped; {LOST}"

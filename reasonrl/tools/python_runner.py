@@ -1,23 +1,28 @@
 """Runs inside the sandbox (standard library only): replay a trajectory's earlier cells silently, then run its new
 cell and report what it printed and how it ended.
 
-Two processes. The runner forks first; the child is *the program*: it runs the cells (the replayed ones with stdout
-and stderr in a discarded file), and tells the parent over a control socket when the replay is done, passing with
-that message the read end of a pipe it opens only then for the new cell's stdout and stderr, and when the new cell
-returned. The parent, *the supervisor*, never runs model code: it marks itself
-non-dumpable (so the program cannot open its descriptors or memory through ``/proc``), reads a per-call nonce from
-stdin after the fork (so the program never had it), enforces the new cell's time limit by killing the program, and
-is the only writer of the sandbox's stdout, where every line it writes starts with the nonce:
+Two processes. The runner draws a random key, then forks; the child is *the program*: it runs the cells (the
+replayed ones with stdout and stderr in a discarded file), and tells the parent over a control socket when it starts
+replaying each cell, when the replay is done (passing with that message the read end of a pipe it opens only then for
+the new cell's stdout and stderr) and when the new cell returned. Each control message starts with the key, which
+exists only in the two processes' memory, drawn before any cell ran and never written to a file or descriptor the
+program can read: a message without it (whatever a cell writes to the socket, however it guesses) is ignored. The
+parent, *the supervisor*, never runs model code: it marks itself non-dumpable (so the program cannot open its
+descriptors or memory through ``/proc``), reads a per-call nonce from stdin after the fork (so the program never had
+it), enforces the new cell's time limit by killing the program, and is the only writer of the sandbox's stdout, where
+every line it writes starts with the nonce:
 
+    <nonce> started <index>         as each replayed cell starts (so a replay that dies names the cell it died in)
     <nonce> replayed <seconds>      as soon as the replay is done (so a supervisor killed later still tells that)
-    <nonce> result <json>           at the end: {"status", "code", "cell_s", "head", "tail", "dropped"}
+    <nonce> result <json>           at the end: {"status", "code", "cell_s", "head", "tail", "dropped", "started"}
 
 ``status``: ``ok``, ``raised`` (an exception, ``SystemExit`` included), ``timeout``, ``exited`` (the program ended
 without returning from the cell: ``os._exit``, its control pipe closed), ``killed`` (a signal; ``code`` is minus the
-signal number) or ``replay_failed`` (the program died before the new cell started). ``head``/``tail``: the first and
-last bytes of what the new cell printed, ``dropped`` bytes left out between them. Nothing the program prints is
-read as the protocol: the control socket is none of its output streams, a message on it that is not the runner's
-script is ignored, and the output pipe does not exist while earlier cells replay.
+signal number) or ``replay_failed`` (the program died before the new cell started; ``started``: the replayed cell
+it died in, -1 when none had started). ``head``/``tail``: the first and
+last bytes of what the new cell printed, ``dropped`` bytes left out between them. Nothing the program prints or
+writes is read as the protocol: the control socket is none of its output streams, a message on it without the key
+is ignored, and the output pipe does not exist while earlier cells replay.
 
 Input: ``cells.json`` in the work dir, ``{"cells": [source, ...], "timeout_s": float, "keep_bytes": int}``; the last
 cell is the new one. The nonce line comes on stdin.
@@ -96,7 +101,16 @@ def flush_streams():
             pass
 
 
-def program(cells, control):
+def tell(control, key, text, fds=()):
+    """One control message to the supervisor, with the key in front (and descriptors attached, SCM_RIGHTS)."""
+    message = f"{key} {text}".encode()
+    if fds:
+        send_fds(control, message, fds)
+    else:
+        control.send(message)
+
+
+def program(cells, control, key):
     """The forked child: replay, then open the new cell's output pipe and hand its read end to the supervisor with
     the word that the replay is done, wait until the supervisor has passed that on (so the new cell cannot stop it
     before it did), run the new cell, say how it ended. Never returns.
@@ -115,6 +129,8 @@ def program(cells, control):
         random.seed(0)  # replays draw the same numbers
         start = time.monotonic()
         for index, source in enumerate(cells[:-1]):
+            tell(control, key, f"start {index}")  # a replay that dies from here on dies in this cell (or later)
+            control.recv(16)  # the supervisor has written the started line: a cell that kills it cannot undo that
             os.ftruncate(sink, 0)  # each cell writes into an empty file, as it wrote into an empty stdout the first
             os.lseek(sink, 0, os.SEEK_SET)  # time, so the file-size limit stops a flooding cell at the same point
             try:
@@ -128,7 +144,7 @@ def program(cells, control):
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)  # the new cell's errors interleave with its prints, as in a terminal
         os.close(sink)
-        send_fds(control, f"replayed {time.monotonic() - start:.6f}".encode(), [out_r])
+        tell(control, key, f"replayed {time.monotonic() - start:.6f}", [out_r])
         os.close(out_r)
         control.recv(16)  # the supervisor has written the replayed line
         status = "ok"
@@ -142,7 +158,7 @@ def program(cells, control):
         if not same_file(1, out_w):
             write_all(out_w, b"OSError: the code closed its standard output\n")
             status = "raised"
-        control.send(f"done {status}".encode())
+        tell(control, key, f"done {status}")
     finally:
         os._exit(0)
 
@@ -229,13 +245,20 @@ def drain(fd, sink):
         sink(data)
 
 
-def supervise(pid, control, timeout, keep):
-    """Watch the program; return (nonce, status, exit code or None, the new cell's seconds, its output Capture)."""
+def supervise(pid, control, key, timeout, keep):
+    """Watch the program; return (nonce, status, exit code or None, the new cell's seconds, its output Capture, the
+    last replayed cell that started or -1)."""
     nonce = read_line(0)
     pidfd = os.pidfd_open(pid)
     output = Capture(keep)
-    state = {"replayed_at": None, "deadline": None, "done": None}
+    state = {"replayed_at": None, "deadline": None, "done": None, "started": -1}
     streams = {}
+
+    def acknowledge():
+        try:
+            control.send(b"!")
+        except OSError:  # the program is gone already
+            pass
 
     def on_control():
         try:
@@ -247,21 +270,26 @@ def supervise(pid, control, timeout, keep):
         if not msg and not fds:
             del streams[control.fileno()]  # the program closed it
             return
-        word, _, arg = msg.decode("ascii", "replace").partition(" ")
+        tag, _, text = msg.decode("ascii", "replace").partition(" ")
+        word, _, arg = text.partition(" ")
+        if tag != key:  # not the runner's: whatever it says, and whatever it carries, is dropped
+            word = ""
+        if word == "start" and state["replayed_at"] is None and arg == str(state["started"] + 1):
+            state["started"] += 1
+            emit(nonce, f"started {state['started']}")
+            acknowledge()
+            return
         if word == "replayed" and len(fds) == 1 and state["replayed_at"] is None:
             state["replayed_at"] = time.monotonic()
             state["deadline"] = state["replayed_at"] + timeout
             streams[fds[0]] = output.add
             emit(nonce, f"replayed {arg.strip()}")
-            try:
-                control.send(b"!")
-            except OSError:  # the program is gone already
-                pass
+            acknowledge()
             return
         for fd in fds:  # anything else is not the runner's: ignored
             os.close(fd)
         if word == "done" and arg in ("ok", "raised") and state["replayed_at"] is not None:
-            state["done"] = arg  # the last one counts: the runner's comes after anything the cell sent
+            state["done"] = arg
 
     streams[control.fileno()] = None
     timed_out = False
@@ -314,7 +342,7 @@ def supervise(pid, control, timeout, keep):
         status = "killed" if code is not None and code < 0 else "exited"
     else:
         status = done
-    return nonce, status, code, cell_s, output
+    return nonce, status, code, cell_s, output, state["started"]
 
 
 def emit(nonce, text):
@@ -326,18 +354,19 @@ def main():
         job = json.load(f)
     os.unlink("cells.json")
     cells, timeout, keep = job["cells"], float(job["timeout_s"]), int(job["keep_bytes"])
+    key = os.urandom(16).hex()  # before the fork, so both processes have it and no cell ever ran where it was drawn
     make_undumpable()  # before the fork: the program's process is never one that may read ours
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as PID 1 (bwrap) a default disposition makes it immune
     control, program_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         control.close()
-        program(cells, program_end)
+        program(cells, program_end, key)
     program_end.close()
-    nonce, status, code, cell_s, output = supervise(pid, control, timeout, keep)
+    nonce, status, code, cell_s, output, started = supervise(pid, control, key, timeout, keep)
     head, tail = (output.head, output.tail) if output.dropped else (output.head + output.tail, b"")
     result = {"status": status, "code": code, "cell_s": round(cell_s, 6), "dropped": output.dropped,
-              "head": head.decode("utf-8", "replace"), "tail": tail.decode("utf-8", "replace")}
+              "started": started, "head": head.decode("utf-8", "replace"), "tail": tail.decode("utf-8", "replace")}
     emit(nonce, "result " + json.dumps(result))
     os._exit(0)
 
