@@ -2,12 +2,13 @@
 
     python benchmarks/laptop_learning.py [--out benchmarks/results/laptop_learning.json] [-- key=value ...]
 
-Runs ``python -m reasonrl.train task=arith trainer.profile=laptop`` (presets.LAPTOP_COMMAND; the settings live in
-presets.LAPTOP_PROFILE) as a subprocess, with only ``trainer.output_dir`` (a fresh directory) and ``trainer.resume=never``
-added, plus any overrides after ``--``. While it runs, this script watches the run's ``metrics.jsonl`` and stamps each
-new row with the wall seconds since launch; then it writes the curve (per step: training reward, held-out accuracy
-where validated, wall seconds), the command, the machine (nproc, CPU model, load average at start and end: the machine
-may be shared), the commit and the total wall time. Not a timed test: one real run, its figures quoted in README.md.
+Runs ``python -m reasonrl.train task=arith trainer.profile=laptop`` (presets.LAPTOP_COMMAND; the settings live
+in presets.LAPTOP_PROFILE) as a subprocess, with only ``trainer.output_dir`` (a fresh directory) and
+``trainer.resume=never`` added, plus any overrides after ``--``. While it runs, this script watches the run's
+``metrics.jsonl`` and stamps each new row with the wall seconds since launch; then it writes the curve (per step:
+training reward, held-out accuracy where validated, wall seconds), the command, the machine (nproc, CPU model, load
+average at start and end: the machine may be shared), the commit and the total wall time. Not a timed test: one real
+run, its figures quoted in README.md.
 """
 from __future__ import annotations
 
