@@ -13,11 +13,12 @@ def print_header(cfg, notes, plan) -> None:
     from reasonrl.config import to_yaml
     from reasonrl.config.device_defaults import apply_device_defaults
     from reasonrl.config.passes import pass_rows
+    from reasonrl.config.presets import profile_notice
 
     settings = apply_device_defaults(cfg, plan.device)
-    if notes.get("profile") == "cpu":
-        print("reasonrl: no GPU — using the CPU profile (small batch and lengths; set trainer.profile=none or give "
-              "sizes to change it)", flush=True)
+    notice = profile_notice(notes.get("profile") or "", notes["task"])
+    if notice:
+        print(notice, flush=True)
     print(f"reasonrl: task={notes['task']} algorithm={notes['algorithm']} model={cfg.model.path}", flush=True)
     print("---- effective config ----")
     print(to_yaml(cfg).rstrip())

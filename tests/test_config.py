@@ -50,6 +50,36 @@ def test_cpu_profile_shortens_lengths_but_never_lengthens_a_task():
     assert notes["profile"] == "cpu" and arith.rollout.max_new_tokens == TASKS["arith"].max_new_tokens == 64
 
 
+def test_laptop_profile_resolves_to_the_settings_that_learned_on_a_cpu():
+    # The command README.md documents, on a machine with a GPU too: the profile is asked for, not inferred.
+    from reasonrl.config.presets import LAPTOP_COMMAND
+
+    args = LAPTOP_COMMAND.split()[3:]
+    assert args == ["task=arith", "trainer.profile=laptop"]
+    for cuda in (False, True):
+        cfg, notes = load_config(args, cuda_available=cuda)
+        assert notes["profile"] == "laptop"
+        # The CPU learning-parity run (benchmarks/README.md): 8 prompts x 4, T=0.7, lr 1e-5, 4 mini-batches, no KL.
+        assert (cfg.data.train_batch_size, cfg.rollout.n, cfg.rollout.temperature) == (8, 4, 0.7)
+        assert cfg.actor.lr == 1e-5 and cfg.data.train_batch_size // cfg.actor.ppo_mini_batch_size == 4
+        assert cfg.algorithm.use_kl_loss is False and cfg.algorithm.kl_in_reward is False  # no reference model
+        assert cfg.rollout.max_new_tokens == 64 and cfg.data.val_limit == 64  # arith's own length; 64 held out
+        assert (cfg.trainer.total_steps, cfg.trainer.val_every, cfg.trainer.val_before_train) == (10, 5, True)
+    mine, _ = load_config(args + ["actor.lr=2e-6", "trainer.total_steps=3"], cuda_available=False)
+    assert mine.actor.lr == 2e-6 and mine.trainer.total_steps == 3 and mine.rollout.temperature == 0.7
+
+
+def test_the_cpu_profile_on_gsm8k_says_it_scores_about_zero_and_points_to_the_laptop_command():
+    from reasonrl.config.presets import LAPTOP_COMMAND, profile_notice
+
+    _, notes = load_config(["task=gsm8k"], cuda_available=False)
+    notice = profile_notice(notes["profile"], notes["task"])
+    assert "scores about 0 on GSM8K" in notice and notice.endswith(LAPTOP_COMMAND)
+    _, arith = load_config(["task=arith"], cuda_available=False)
+    assert "GSM8K" not in profile_notice(arith["profile"], arith["task"])
+    assert profile_notice("", "gsm8k") == ""  # no profile, no notice
+
+
 def test_algorithm_preset_sets_fields_and_user_still_overrides():
     cfg, _ = load_config(["algorithm=dapo", "algorithm.clip_ratio_high=0.3"], cuda_available=False)
     assert cfg.algorithm.name == "dapo" and cfg.algorithm.dynamic_sampling is True

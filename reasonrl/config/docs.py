@@ -160,7 +160,8 @@ def _flatten(d: Dict[str, Any], prefix: str = "") -> List[str]:
 def _preset_section() -> List[str]:
     lines = ["## Presets", "",
              "Layers, later wins: schema defaults, then the task preset (`task=...`), then the algorithm preset",
-             "(`algorithm=...`), then the CPU size profile (`trainer.profile`: applied when there is no GPU), then",
+             "(`algorithm=...`), then the size profile (`trainer.profile`: cpu is applied when there is no GPU; laptop",
+             "when asked for), then",
              "the mode preset (`trainer.mode`), then your own `key=value` arguments.", "",
              "| task | sets |", "|---|---|"]
     lines += [f"| `{name}` | {_cell(', '.join(f'`{kv}`' for kv in _flatten(p)))} |"
@@ -170,7 +171,10 @@ def _preset_section() -> List[str]:
               for name, p in presets.ALGORITHM_PRESETS.items()]
     ceilings = ", ".join(f"`{section}.{key}`" for section, key in presets.PROFILE_LENGTH_CEILINGS)
     lines += ["", "CPU profile: " + ", ".join(f"`{kv}`" for kv in _flatten(presets.CPU_PROFILE))
-              + f" ({ceilings} only shorten a task's own)", ""]
+              + f" ({ceilings} only shorten a task's own)", "",
+              "Laptop profile (`trainer.profile=laptop`): "
+              + ", ".join(f"`{kv}`" for kv in _flatten(presets.LAPTOP_PROFILE)),
+              ""]
     lines += [f"Mode `{name}`: " + ", ".join(f"`{kv}`" for kv in _flatten(p)) for name, p in presets.MODE_PRESETS.items()]
     lines += [""]
     return lines

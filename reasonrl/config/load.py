@@ -14,7 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .batch_plan import mini_batch_prompts
 from .placement_schema import validate_placement
-from .presets import ALGORITHM_PRESETS, CPU_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
+from .presets import ALGORITHM_PRESETS, CPU_PROFILE, LAPTOP_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
 from .env_schema import check_env_config
 from .lora_schema import validate_lora
 from .ranges import FIELD_RANGES
@@ -101,7 +101,10 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
     except OmegaConfBaseException as exc:
         raise ConfigError(_describe(exc)) from None
     notes: Dict[str, Any] = {"task": task, "algorithm": algorithm or probe.algorithm.name, "profile": None}
-    if _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
+    if probe.trainer.profile == "laptop":
+        cfg = _merge(cfg, copy.deepcopy(LAPTOP_PROFILE), "laptop profile")
+        notes["profile"] = "laptop"
+    elif _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
         cfg = _merge(cfg, _cpu_profile_under(cfg), "cpu profile")
         notes["profile"] = "cpu"
     if probe.trainer.mode in MODE_PRESETS:
@@ -139,7 +142,8 @@ def validate(cfg: Config) -> None:
     need(cfg.trainer.resume in ("auto", "never") or bool(cfg.trainer.resume), "trainer.resume",
          "auto, never, or a checkpoint directory")
     need(cfg.trainer.device in ("auto", "cpu", "cuda"), "trainer.device", "must be auto, cpu or cuda")
-    need(cfg.trainer.profile in ("auto", "cpu", "none"), "trainer.profile", "must be auto, cpu or none")
+    need(cfg.trainer.profile in ("auto", "cpu", "laptop", "none"), "trainer.profile",
+         "must be auto, cpu, laptop or none")
     need(cfg.model.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
          "must be auto, float32, bfloat16 or float16")
     _validate_algorithm(cfg, need)
