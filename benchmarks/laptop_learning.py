@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from reasonrl.config.presets import LAPTOP_COMMAND, LAPTOP_PROFILE
 
-from reasonrl.config.presets import LAPTOP_COMMAND, LAPTOP_PROFILE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu_model() -> str:

@@ -59,7 +59,6 @@ LAPTOP_PROFILE: Dict[str, Any] = {
 LAPTOP_COMMAND = "python -m reasonrl.train task=arith trainer.profile=laptop"
 
 
-
 def profile_notice(profile: str, task: str) -> str:
     """The start-up line that announces a size profile (empty when none applies)."""
     if profile == "laptop":
