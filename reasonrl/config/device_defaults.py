@@ -57,8 +57,7 @@ def varlen_kernel_importable() -> bool:
 
 def attn_implementation_for(value: str, device: str, varlen_importable: bool) -> str:
     """``model.attn_implementation`` as used: the user's value, else (``auto``) the varlen kernel on a GPU whose torch
-    has it (8x faster forward+backward than padded sdpa on 64 long-tailed sequences, measured on an H200; no
-    flash-attn package needed) and sdpa elsewhere (the CPU has no varlen kernel)."""
+    has it (no flash-attn package needed; docs/performance.md) and sdpa elsewhere (the CPU has no varlen kernel)."""
     if value != "auto":
         return value
     return VARLEN_ATTENTION if str(device).startswith("cuda") and varlen_importable else "sdpa"
