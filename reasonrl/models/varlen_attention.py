@@ -107,13 +107,15 @@ def uses_kernel(query: Tensor) -> bool:
     return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and varlen_kernel_importable()
 
 
+@torch.compiler.disable
 def varlen_attention_forward(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
                              dropout: float = 0.0, scaling: Optional[float] = None,
                              sliding_window: Optional[int] = None, softcap: Optional[float] = None,
                              position_ids: Optional[Tensor] = None, **kwargs) -> Tuple[Tensor, None]:
     """transformers' attention interface: query [b, Hq, n, D], key/value [b, Hkv, m, D] -> ([b, n, Hq, D], None).
     Rows without a mask and without a cache (n == m): causal attention within each sequence of the position ids;
-    anything else (a padding mask, a cache): transformers' sdpa."""
+    anything else (a padding mask, a cache): transformers' sdpa. Runs eagerly inside compiled decoder layers
+    (``actor.compile``): the boundaries are data-dependent (a host sync for the longest sequence)."""
     if attention_mask is not None or query.shape[2] != key.shape[2]:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
