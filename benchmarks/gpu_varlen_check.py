@@ -6,8 +6,8 @@ kernel against the padded sdpa path, and the time of each -> JSON.
     PYTHONPATH=. python3 benchmarks/gpu_varlen_check.py --shape tiny     # the CPU dry run (fp32, per-sequence sdpa)
 
 Needs only torch (2.11 on: ``torch.nn.attention.varlen``), transformers and peft: no Ray, vLLM or OmegaConf. One
-random-weight Qwen2 model of ``--shape`` (``bench_model.SHAPES``; bf16 on a GPU, fp32 on a CPU) scores ``--rows``
-long-tailed rows (``length_dist.response_lengths("longtail", ...)``, random prompt and response tokens):
+random-weight Qwen2 model of ``--shape`` (``reasonrl.bench.shapes.SHAPES``; bf16 on a GPU, fp32 on a CPU) scores ``--rows``
+long-tailed rows (``reasonrl.bench.lengths.response_lengths("longtail", ...)``, random prompt and response tokens):
 
 - ``padded_sdpa``: the rows padded (prompts left, responses right), sdpa with the padding mask, as
   ``actor.use_packing=false`` runs them;
@@ -28,18 +28,17 @@ import os
 import platform
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from bench_model import RESULTS, SHAPES, exit_with_status, recorded  # noqa: E402
-from length_dist import response_lengths  # noqa: E402
+from reasonrl.bench.lengths import response_lengths  # noqa: E402
+from reasonrl.bench.records import RESULTS, exit_with_status, recorded  # noqa: E402
+from reasonrl.bench.shapes import SHAPES  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models import varlen_attention  # noqa: E402
 from reasonrl.models.forward import micro_batch_log_probs  # noqa: E402
