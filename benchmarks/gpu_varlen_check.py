@@ -6,8 +6,9 @@ kernel against the padded sdpa path, and the time of each -> JSON.
     PYTHONPATH=. python3 benchmarks/gpu_varlen_check.py --shape tiny     # the CPU dry run (fp32, per-sequence sdpa)
 
 Needs only torch (2.11 on: ``torch.nn.attention.varlen``), transformers and peft: no Ray, vLLM or OmegaConf. One
-random-weight Qwen2 model of ``--shape`` (``reasonrl.bench.shapes.SHAPES``; bf16 on a GPU, fp32 on a CPU) scores ``--rows``
-long-tailed rows (``reasonrl.bench.lengths.response_lengths("longtail", ...)``, random prompt and response tokens):
+random-weight Qwen2 model of ``--shape`` (``reasonrl.bench.shapes.SHAPES``; bf16 on a GPU, fp32 on a CPU) scores
+``--rows`` long-tailed rows (``reasonrl.bench.lengths.response_lengths("longtail", ...)``, random prompt and
+response tokens):
 
 - ``padded_sdpa``: the rows padded (prompts left, responses right), sdpa with the padding mask, as
   ``actor.use_packing=false`` runs them;

@@ -17,8 +17,8 @@ from reasonrl.config.device_defaults import (VARLEN_ATTENTION, apply_device_defa
 from reasonrl.data.packing import pack_rows
 from reasonrl.models import varlen_attention
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
-from reasonrl.models.varlen_attention import (cu_seqlens_from_position_ids, prepared_attention, register_varlen_attention,
-                                              varlen_mask)
+from reasonrl.models.varlen_attention import (cu_seqlens_from_position_ids, prepared_attention,
+                                              register_varlen_attention, varlen_mask)
 
 # ----------------------------------------------------------------------------- boundaries by hand
 

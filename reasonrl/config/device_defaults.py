@@ -73,7 +73,7 @@ def use_packing_for(value: Optional[bool], attn_implementation: str) -> bool:
 
 
 def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
-    """Fill the per-device settings left at None in ``cfg`` (in place) for ``device`` ("cpu" or "cuda"), and
+    """Fill the per-device settings left at None or ``auto`` in ``cfg`` (in place) for ``device`` ("cpu" or "cuda"), and
     return the effective value of each per-device setting with its reason."""
     on_gpu = str(device).startswith("cuda")
     rows: List[DeviceSetting] = []
@@ -95,7 +95,7 @@ def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
     m, a = cfg.model, cfg.actor
     if m.attn_implementation == "auto":
         m.attn_implementation = attn_implementation_for("auto", device, varlen_kernel_importable())
-        why = (f"auto: the varlen kernel on a GPU with torch's varlen_attn, sdpa otherwise ({device})")
+        why = "auto: the varlen kernel on a GPU with torch's varlen_attn, sdpa otherwise"
     else:
         why = "set by you"
     rows.append(DeviceSetting("model.attn_implementation", m.attn_implementation, why))
