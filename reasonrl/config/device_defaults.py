@@ -1,6 +1,6 @@
 """Settings whose default depends on the device the run trains on, resolved in one place after the config loads.
 
-``apply_device_defaults(cfg, device)`` fills the settings left at None (auto) and returns one row per
+``apply_device_defaults(cfg, device)`` fills the settings left at None or ``auto`` and returns one row per
 device-dependent setting: its effective value and why (the start-up table prints them).
 """
 from __future__ import annotations
@@ -39,8 +39,41 @@ def enforce_eager_for(value: Optional[bool], device: str) -> bool:
     return not str(device).startswith("cuda")
 
 
+VARLEN_ATTENTION = "varlen"
+"""``model.attn_implementation`` of torch's variable-length attention kernel (reasonrl.models.varlen_attention)."""
+PACKED_ATTENTION = (VARLEN_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
+"""Attention implementations that run a packed row's sequences through variable-length kernels: no dense mask, no
+compute between sequences. ``actor.use_packing`` is on by default with them."""
+
+
+def varlen_kernel_importable() -> bool:
+    """Whether this torch has ``torch.nn.attention.varlen.varlen_attn`` (2.11 on; its kernel is CUDA-only)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def attn_implementation_for(value: str, device: str, varlen_importable: bool) -> str:
+    """``model.attn_implementation`` as used: the user's value, else (``auto``) the varlen kernel on a GPU whose torch
+    has it (no flash-attn package needed; docs/performance.md) and sdpa elsewhere (the CPU has no varlen kernel)."""
+    if value != "auto":
+        return value
+    return VARLEN_ATTENTION if str(device).startswith("cuda") and varlen_importable else "sdpa"
+
+
+def use_packing_for(value: Optional[bool], attn_implementation: str) -> bool:
+    """``actor.use_packing`` as used: the user's value, else on exactly when the attention implementation runs the
+    packed row through variable-length kernels (``PACKED_ATTENTION``); sdpa and eager would compute a dense mask over
+    the whole packed row."""
+    if value is not None:
+        return bool(value)
+    return attn_implementation in PACKED_ATTENTION
+
+
 def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
-    """Fill the per-device settings left at None in ``cfg`` (in place) for ``device`` ("cpu" or "cuda"), and
+    """Fill the per-device settings left at None or ``auto`` in ``cfg`` (in place) for ``device`` ("cpu" or "cuda"), and
     return the effective value of each per-device setting with its reason."""
     on_gpu = str(device).startswith("cuda")
     rows: List[DeviceSetting] = []
@@ -59,6 +92,19 @@ def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
                                   else "vLLM keeps its memory while the actor trains"))
     else:
         rows.append(DeviceSetting("rollout.kv_cache_gb", r.kv_cache_gb, "vLLM's KV cache in host memory (CPU)"))
+    m, a = cfg.model, cfg.actor
+    if m.attn_implementation == "auto":
+        m.attn_implementation = attn_implementation_for("auto", device, varlen_kernel_importable())
+        why = "auto: the varlen kernel on a GPU with torch's varlen_attn, sdpa otherwise"
+    else:
+        why = "set by you"
+    rows.append(DeviceSetting("model.attn_implementation", m.attn_implementation, why))
+    if a.use_packing is None:
+        a.use_packing = use_packing_for(None, m.attn_implementation)
+        why = f"auto: on with variable-length attention ({', '.join(PACKED_ATTENTION)}), off otherwise"
+    else:
+        why = "set by you"
+    rows.append(DeviceSetting("actor.use_packing", a.use_packing, why))
     micro = cfg.actor.micro_batch_size_per_worker
     default_micro = type(cfg.actor)().micro_batch_size_per_worker
     if micro != default_micro:

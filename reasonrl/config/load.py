@@ -9,9 +9,6 @@ import copy
 import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from .batch_plan import mini_batch_prompts
 from .placement_schema import validate_placement
 from .presets import ALGORITHM_PRESETS, CPU_PROFILE, LAPTOP_PROFILE, MODE_PRESETS, PROFILE_LENGTH_CEILINGS, TASK_PRESETS
@@ -55,13 +52,17 @@ def _profile_applies(profile: str, device: str, cuda_available: Optional[bool]) 
 
 
 def _merge(base, layer: Dict[str, Any], what: str):
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         return OmegaConf.merge(base, OmegaConf.create(layer))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{what}: {_describe(exc)}") from None
 
 
-def _describe(exc: OmegaConfBaseException) -> str:
+def _describe(exc: Exception) -> str:
+    """An OmegaConf error as one line, naming the key."""
     key = getattr(exc, "full_key", None)
     msg = str(exc).splitlines()[0]
     if key:
@@ -71,6 +72,9 @@ def _describe(exc: OmegaConfBaseException) -> str:
 
 def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None) -> Tuple[Config, Dict[str, Any]]:
     """Returns (config, notes). ``notes`` says which presets and profile were applied."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     pairs = _split_args(args)
     task = ([v for k, v in pairs if k == "task"] or ["gsm8k"])[-1]  # the last one given wins, as for dotted keys
     algorithm = ([v for k, v in pairs if k == "algorithm"] or [None])[-1]
@@ -247,13 +251,19 @@ def check_ranges(cfg: Config) -> None:
 
 
 def to_yaml(cfg: Config) -> str:
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def to_dict(cfg: Config) -> Dict[str, Any]:
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_container(OmegaConf.structured(cfg))
 
 
 def from_dict(d: Dict[str, Any]) -> Config:
     """Rebuild a Config from ``to_dict`` output (checkpoints store it)."""
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(d)))

@@ -23,12 +23,16 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     trust_remote_code: bool = False
     """Passed to transformers when loading the model and tokenizer."""
-    attn_implementation: str = "sdpa"
-    """Attention kernel of the actor, reference and critic (transformers' ``attn_implementation``): sdpa, eager,
-    flex_attention, flash_attention_2 (needs the flash-attn package). With ``actor.use_packing`` the packed row's
-    attention is block-diagonal: sdpa and eager build it as a dense [N x N] mask and compute every block (cost grows
-    with the square of the packed length), flex_attention skips the blocks between sequences, and flash_attention_2
-    runs variable-length kernels."""
+    attn_implementation: str = "auto"
+    """Attention kernel of the actor, reference and critic (transformers' ``attn_implementation``): auto (varlen on a
+    GPU whose torch has ``torch.nn.attention.varlen.varlen_attn``, 2.11 on; sdpa otherwise, the CPU included),
+    varlen (torch's variable-length flash kernel, no flash-attn package: reasonrl/models/varlen_attention.py), sdpa,
+    eager, flex_attention, flash_attention_2 (needs the flash-attn package). With ``actor.use_packing`` the packed
+    row's attention is block-diagonal: varlen and flash_attention_2 run each sequence through variable-length
+    kernels, flex_attention skips the blocks between sequences, and sdpa and eager build a dense [N x N] mask and
+    compute every block (cost grows with the square of the packed length). Padded micro-batches under varlen take
+    sdpa's path. varlen does not implement sliding-window attention, soft-capped attention logits or attention
+    dropout (the first forward says so): set sdpa for such models."""
 
 
 @dataclass
@@ -158,14 +162,13 @@ class ActorConfig:
     offload_optimizer: bool = False
     """Keep the actor's optimizer state (AdamW moments, 2x the fp32 parameters) in CPU memory (pinned) except during
     the update and checkpointing; no effect on a CPU worker."""
-    use_packing: bool = False
+    use_packing: Optional[bool] = None
     """Padding-free micro-batches: the valid tokens of a micro-batch go through the model as one packed row with
     per-sequence position ids (block-diagonal attention), no [rows x max_len] padding. One switch for every
     teacher-forced pass: old log-probs, reference log-probs, the actor update, and the critic's values and update.
-    Same log-probs as the padded path (tests/test_packing.py). Off by default until measured on a GPU: on the CPU
-    it halved a long-tailed log-prob pass (benchmarks/results/packing_cpu.json), but with sdpa (the default
-    ``model.attn_implementation``) the packed attention is a dense mask over the whole packed row, whose
-    cross-sequence blocks a GPU kernel still computes; flex_attention or flash_attention_2 skip them
+    Same log-probs as the padded path (tests/test_packing.py, tests/test_varlen_attention.py). None (auto): on when
+    ``model.attn_implementation`` runs variable-length kernels (varlen, the GPU's default, or flash_attention_2/3/4),
+    off with sdpa or eager (the CPU's default), whose packed attention is a dense mask over the whole packed row
     (docs/performance.md)."""
     max_tokens_per_micro_batch: Union[int, str] = 0
     """Token budget per micro-batch of the actor (update and old log-probs) on one worker: rows are grouped by

@@ -28,6 +28,9 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from reasonrl.config.device_defaults import apply_device_defaults
+
+    apply_device_defaults(cfg, "cuda")  # the attention and packing a GPU run of this torch would use
     import torch
 
     if device_gib is None:

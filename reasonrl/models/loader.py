@@ -155,11 +155,16 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tok
 
 
-def load_causal_lm(path: str, dtype: torch.dtype, trust_remote_code: bool = False, attn: str = "sdpa"):
+def load_causal_lm(path: str, dtype: torch.dtype, trust_remote_code: bool = False, attn: str = "sdpa",
+                   device: str = "cpu"):
+    """The causal LM at ``path`` with ``attn`` (``model.attn_implementation``; ``auto`` resolved for ``device``, the
+    varlen implementation registered with transformers: ``varlen_attention.prepared_attention``)."""
     from transformers import AutoModelForCausalLM
 
+    from .varlen_attention import prepared_attention
+
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code,
-                                                attn_implementation=attn)
+                                                attn_implementation=prepared_attention(attn, device))
 
 
 def decoder_layers(model) -> list:

@@ -53,12 +53,15 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
-                        attn: str = "sdpa") -> "ValueModel":
-        """Load from a saved value model or from a causal-LM checkpoint (fresh zero head)."""
+                        attn: str = "sdpa", device: str = "cpu") -> "ValueModel":
+        """Load from a saved value model or from a causal-LM checkpoint (fresh zero head); ``attn`` as in
+        ``loader.load_causal_lm``."""
         from transformers import AutoModel
 
+        from .varlen_attention import prepared_attention
+
         backbone = AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code,
-                                             attn_implementation=attn)
+                                             attn_implementation=prepared_attention(attn, device))
         model = cls(backbone, backbone.config.hidden_size).to(dtype)
         head_file = Path(path) / HEAD_FILE
         if head_file.exists():

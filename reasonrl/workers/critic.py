@@ -50,7 +50,7 @@ class CriticWorker:
         c = self.cfg.critic
         path = c.model_path or model_path
         self.model = ValueModel.from_pretrained(path, torch.float32, self.cfg.model.trust_remote_code,
-                                                self.cfg.model.attn_implementation)
+                                                self.cfg.model.attn_implementation, self.device)
         if self.cfg.model.gradient_checkpointing:
             self.model.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False

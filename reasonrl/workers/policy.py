@@ -39,7 +39,8 @@ def load_sharded_lm(cfg, model_path: str, mesh, device: str, compute_dtype: torc
     ``trainable``: gradient checkpointing (``model.gradient_checkpointing``) and ``actor.compile`` apply; otherwise
     the model is frozen and in eval mode. ``prepare`` runs on the loaded model before it is compiled and sharded
     (LoRA wraps it there) and returns the model to shard."""
-    model = load_causal_lm(model_path, param_dtype, cfg.model.trust_remote_code, cfg.model.attn_implementation)
+    model = load_causal_lm(model_path, param_dtype, cfg.model.trust_remote_code, cfg.model.attn_implementation,
+                           device)
     if trainable and cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
