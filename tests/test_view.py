@@ -4,6 +4,7 @@ Chromium (slow)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -33,8 +34,9 @@ RESPONSES_PER_STEP = 4
 def step_metrics(step: int) -> Dict[str, float]:
     """A step's metrics, shaped like the trainer's (the keys it logs), with values that follow the step."""
     out = {"reward/mean": step / STEPS, "reward/accuracy": step / (2 * STEPS), "reward/math/accuracy": step / STEPS,
-           "reward/code/accuracy": 0.5, "actor/kl": 0.001 * step, "actor/entropy": 1.0 - step / (2 * STEPS),
-           "response_length/mean": 100.0 + step, "timing_s/rollout": 10.0, "timing_s/update_actor": 5.0,
+           "reward/code/accuracy": 0.5, "actor/kl": 0.001 * step * (1 + 0.3 * math.sin(step)),
+           "actor/entropy": 1.0 - step / (2 * STEPS) + 0.05 * math.cos(2 * step),
+           "response_length/mean": 100.0 + step + 8 * math.sin(step / 2), "timing_s/rollout": 10.0 + math.sin(step), "timing_s/update_actor": 5.0,
            "timing_s/step": 16.0, "perf/tokens_per_s": 500.0, "levels/responses": float(RESPONSES_PER_STEP),
            "reward/failed_count": 1.0 if step == 3 else 0.0, "actor/optimizer_steps": 2.0,
            "actor/skipped_optimizer_steps": 2.0 if step == 5 else 0.0,
