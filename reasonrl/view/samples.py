@@ -14,7 +14,7 @@ import threading
 from array import array
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from reasonrl.logging.sample_log import SAMPLE_LOG
 
@@ -58,6 +58,9 @@ class Codes:
         self.names: List[str] = []
         self._code: Dict[str, int] = {}
 
+    def known(self) -> Dict[str, int]:
+        return self._code
+
     def code(self, name: Any) -> int:
         name = "" if name is None else str(name)
         if name not in self._code:
@@ -82,7 +85,9 @@ class SampleIndex:
         self.rewards = array("d")
         self.codes = {f: Codes() for f in self.FIELDS}
         self.columns = {f: array("i") for f in self.FIELDS}
+        self.counts: Dict[str, Counter] = {f: Counter() for f in self.FIELDS}
         self.skipped = 0
+        self.lowest_step, self.highest_step = float("inf"), float("-inf")
 
     def _add(self, offset: int, line: bytes) -> None:
         if not line.strip():
@@ -97,12 +102,15 @@ class SampleIndex:
         reward = row.get("reward")
         self.offsets.append(offset)
         self.steps.append(row["step"])
+        self.lowest_step = min(self.lowest_step, row["step"])
+        self.highest_step = max(self.highest_step, row["step"])
         self.lengths.append(length_of(row))
         self.rewards.append(float(reward) if isinstance(reward, (int, float)) else float("nan"))
         values = {"data_source": row.get("data_source"), "verifier": row.get("verifier"), "verdict": verdict_of(row),
                   "reason": row.get("reason")}
         for field, value in values.items():
             self.columns[field].append(self.codes[field].code(value))
+            self.counts[field]["" if value is None else str(value)] += 1
 
     def refresh(self) -> None:
         with self.lock:
@@ -113,9 +121,8 @@ class SampleIndex:
 
     def facets(self) -> Dict[str, Any]:
         """The values each filter can take, with their counts, and the step range."""
-        out: Dict[str, Any] = {f: dict(sorted(Counter(self.codes[f].names[c] for c in self.columns[f]).items()))
-                               for f in ("data_source", "verifier", "verdict")}
-        out["steps"] = [min(self.steps), max(self.steps)] if self.steps else []
+        out: Dict[str, Any] = {f: dict(sorted(self.counts[f].items())) for f in ("data_source", "verifier", "verdict")}
+        out["steps"] = [self.lowest_step, self.highest_step] if self.steps else []
         return out
 
     def failure_reasons(self) -> Dict[str, Counter]:
@@ -128,39 +135,34 @@ class SampleIndex:
                 out.setdefault(verifier, Counter())[self.codes["reason"].names[self.columns["reason"][i]]] += 1
         return out
 
-    def _matches(self, params: Mapping[str, str]) -> List[int]:
+    def _matches(self, params: Mapping[str, str]) -> Sequence[int]:
+        """Positions of the rows that pass every filter given, in file order: one pass over the remaining candidates
+        per filter, so an unfiltered page costs nothing and the most common filters one pass."""
         def number(key: str) -> Optional[float]:
             return number_param(params, key)
 
-        lo_step = number("step") if params.get("step") else number("step_min")
-        hi_step = number("step") if params.get("step") else number("step_max")
-        lo_reward, hi_reward = number("reward_min"), number("reward_max")
-        lo_len, hi_len = number("len_min"), number("len_max")
-        exact = {}
-        for field in ("data_source", "verifier", "verdict"):
+        exact_step = number("step")
+        lo_step = exact_step if exact_step is not None else number("step_min")
+        hi_step = exact_step if exact_step is not None else number("step_max")
+        picked: Sequence[int] = range(len(self.offsets))
+        for field in ("verdict", "verifier", "data_source"):
             if params.get(field):
-                names = self.codes[field]
-                if params[field] not in names._code:
+                if params[field] not in self.codes[field].known():
                     return []
-                exact[field] = names.code(params[field])
+                code, column = self.codes[field].code(params[field]), self.columns[field]
+                picked = [i for i in picked if column[i] == code]
+        for column, lo, hi in ((self.steps, lo_step, hi_step), (self.rewards, number("reward_min"),
+                                                                 number("reward_max")),
+                               (self.lengths, number("len_min"), number("len_max"))):
+            if lo is not None:
+                picked = [i for i in picked if column[i] >= lo]
+            if hi is not None:
+                picked = [i for i in picked if column[i] <= hi]
         reason = (params.get("reason") or "").lower()
-        reason_codes = ({c for c, name in enumerate(self.codes["reason"].names) if reason in name.lower()}
-                        if reason else None)
-        picked = []
-        for i in range(len(self.offsets)):
-            if lo_step is not None and self.steps[i] < lo_step or hi_step is not None and self.steps[i] > hi_step:
-                continue
-            if lo_reward is not None and not self.rewards[i] >= lo_reward:
-                continue
-            if hi_reward is not None and not self.rewards[i] <= hi_reward:
-                continue
-            if lo_len is not None and self.lengths[i] < lo_len or hi_len is not None and self.lengths[i] > hi_len:
-                continue
-            if any(self.columns[f][i] != c for f, c in exact.items()):
-                continue
-            if reason_codes is not None and self.columns["reason"][i] not in reason_codes:
-                continue
-            picked.append(i)
+        if reason:
+            codes = {c for c, name in enumerate(self.codes["reason"].names) if reason in name.lower()}
+            column = self.columns["reason"]
+            picked = [i for i in picked if column[i] in codes]
         return picked
 
     def _read(self, offsets) -> List[Dict[str, Any]]:
