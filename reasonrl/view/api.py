@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping
 from .curves import X_AXES, chart_specs
 from .health import health
 from .runs import Run
+from .samples import number_param
 
 
 class ApiError(ValueError):
@@ -18,13 +19,15 @@ class ApiError(ValueError):
 
 
 def _int(params: Mapping[str, str], key: str, default: int) -> int:
-    value = params.get(key)
-    if value in (None, ""):
-        return default
     try:
-        return int(value)
-    except ValueError:
-        raise ApiError(400, f"parameter {key}={value!r} is not an integer") from None
+        value = number_param(params, key)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    if value is None:
+        return default
+    if not value.is_integer():
+        raise ApiError(400, f"parameter {key}={params[key]!r} is not an integer")
+    return int(value)
 
 
 def pick_run(runs: List[Run], params: Mapping[str, str]) -> Run:

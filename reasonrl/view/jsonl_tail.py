@@ -8,6 +8,7 @@ Never writes.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -70,6 +71,16 @@ class JsonlTail:
                     offset += len(line) + 1
                     self.offset = offset
             self.truncated_tail = 1 if rest.strip() else 0
+
+
+def step_row(line: bytes) -> Optional[dict]:
+    """The JSON object on ``line`` when it is one with an integer ``"step"`` (the rows of metrics.jsonl and of the
+    sample log), else None."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
 
 
 def read_line(path: Path, offset: int) -> bytes:

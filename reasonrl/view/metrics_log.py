@@ -7,11 +7,10 @@ and counted, as is an unfinished last line (``truncated_tail``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from .jsonl_tail import JsonlTail
+from .jsonl_tail import JsonlTail, step_row
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -42,11 +41,8 @@ class MetricsLog:
     def _add(self, offset: int, line: bytes) -> None:
         if not line.strip():
             return
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+        record = step_row(line)
+        if record is None:
             self.skipped += 1
             return
         self._samples += responses_in_step(record)

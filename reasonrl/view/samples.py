@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from reasonrl.logging.sample_log import SAMPLE_LOG
 
-from .jsonl_tail import JsonlTail, read_line
+from .jsonl_tail import JsonlTail, read_line, step_row
 
 VERDICTS = ("correct", "wrong", "failed")
 MAX_PAGE = 200
@@ -92,11 +92,8 @@ class SampleIndex:
     def _add(self, offset: int, line: bytes) -> None:
         if not line.strip():
             return
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not (isinstance(row, dict) and isinstance(row.get("step"), int) and isinstance(row.get("response"), str)):
+        row = step_row(line)
+        if row is None or not isinstance(row.get("response"), str):
             self.skipped += 1
             return
         reward = row.get("reward")
