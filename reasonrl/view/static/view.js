@@ -200,7 +200,14 @@
       Object.assign(m, { next: got.next, generation: got.generation, skipped: got.skipped_lines,
         truncated: got.truncated_tail });
     }
-    if (grew) { drawCharts(); loadHealth(); }
+    if (grew) {
+      drawCharts();
+      loadHealth();
+      const typing = document.getElementById("sample-filters").contains(document.activeElement);
+      if (state.metrics[0].generation >= 0 && !typing && document.body.hasAttribute("data-ready")) {
+        loadSamples(sampleOffset);  // new rows of the sample log, unless a filter is being edited
+      }
+    }
     const m = state.metrics[state.run] || { records: [] };
     const last = m.records.length ? m.records[m.records.length - 1].step : "none";
     document.getElementById("status").textContent = (INLINE ? "exported " + INLINE.exported_at : "live") +
