@@ -202,6 +202,7 @@ def test_health_alarms_and_checkpoints(served: str, run_dir: Path) -> None:
 def test_bad_run_dirs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main([str(tmp_path / "missing")]) == 2
     assert "missing: not a directory" in capsys.readouterr().err
+    assert main([""]) == 2 and "an empty path" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     proc = subprocess.run([sys.executable, "-m", "reasonrl.view", str(tmp_path / "empty")], capture_output=True,
                           text=True, timeout=120)

@@ -35,6 +35,8 @@ class Run:
 def check_run_dir(path: str | Path) -> Path:
     """``path`` as a run directory, or NotARun naming it."""
     p = Path(path)
+    if not str(path).strip():
+        raise NotARun("an empty path is not a run directory (pass a run's trainer.output_dir)")
     if not p.is_dir():
         raise NotARun(f"{path}: not a directory (pass a run directory: a run's trainer.output_dir)")
     if not any((p / m).exists() for m in RUN_MARKERS):
