@@ -283,3 +283,11 @@ def test_export_in_chromium(run_dir: Path, tmp_path: Path) -> None:
     page = browser("--dump-dom", out.as_uri() + "?verdict=failed")
     assert page.count('class="series"') >= 10 and page.count('<article class="sample') == 1
     assert "timeout after 5.0 s in the sandbox" in page
+
+
+def test_no_torch_or_ray_at_import() -> None:
+    """The viewer starts fast and lean: torch comes in only to verify checkpoints (docs/architecture.md)."""
+    code = ("import sys, reasonrl.view.cli, reasonrl.view.server, reasonrl.view.export; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
