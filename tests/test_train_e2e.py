@@ -170,3 +170,11 @@ def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, ti
                     "time limit", "no verdict")
     assert all(reason.startswith(code_reasons) for reason in by_verifier["code"]), by_verifier["code"]
     assert not any(reason.startswith(code_reasons) for reason in by_verifier["math"]), by_verifier["math"]
+    # the sample log's row (reasonrl.logging.sample_log): each sample names its row's data source and ground truth
+    truths = {}
+    for r in math_rows + code_rows:
+        truths.setdefault(r["data_source"], []).append(r["reward_model"]["ground_truth"])
+    for s in samples:
+        assert s["ground_truth"] in truths[s["data_source"]]
+        assert 0 <= s["response_tokens"] <= 12 and s["finish_reason"] in ("stop", "length")
+        assert isinstance(s["correct"], bool)

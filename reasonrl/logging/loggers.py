@@ -26,6 +26,8 @@ from urllib.parse import urlparse
 from reasonrl.config.load import ConfigError
 from reasonrl.registry import Registry
 
+from .sample_log import SAMPLE_LOG
+
 
 # (label, keys tried in order, format) for the one-line console summary.
 CONSOLE_COLUMNS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
@@ -270,7 +272,7 @@ class RunLogger:
     def __init__(self, backends: List[Any], run_dir: Path) -> None:
         self.backends = list(backends)
         self.run_dir = Path(run_dir)
-        self.samples_path = self.run_dir / "samples.jsonl"
+        self.samples_path = self.run_dir / SAMPLE_LOG
         self._closed = False
 
     @property

@@ -38,8 +38,8 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
-from .metrics import (PhaseTimer, data_levels, policy_metrics, round_level_metrics, round_metrics, startup_metrics,
-                      val_level_metrics)
+from .metrics import (PhaseTimer, data_levels, level_of, policy_metrics, round_level_metrics, round_metrics,
+                      startup_metrics, val_level_metrics)
 from .run_plan import (RunPlan, check_context_length, check_lora_targets, check_memory_plan, model_config_json,
                        slowest_rank)
 from .sources import make_source
@@ -304,15 +304,17 @@ class Trainer:
         return metrics
 
     def log_samples(self, samples: List[Sample]) -> None:
-        """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``)."""
+        """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``;
+        its fields: ``reasonrl.logging.sample_log``)."""
         from reasonrl.envs.metrics import conversation_text
+        from reasonrl.logging.sample_log import sample_log_row
 
-        self.logger.log_samples([{"prompt": self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
-                                  "response": s.response_text, "reward": s.result.score, "verifier": s.verifier,
-                                  "failed": s.result.failed, "reason": s.result.info.get("reason", ""),
-                                  **({"conversation": conversation_text(s.extra["conversation"])}
-                                     if s.extra.get("conversation") else {})}
-                                 for s in samples if s.group < 2], self.step + 1)
+        self.logger.log_samples([sample_log_row(
+            self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True), s.response_text, s.result.score,
+            s.verifier, s.result.failed, s.result.info.get("reason", ""), s.result.correct, s.prompt.row,
+            len(s.response_ids), s.finish_reason, level=level_of(s.prompt.row),
+            conversation=conversation_text(s.extra["conversation"]) if s.extra.get("conversation") else None)
+            for s in samples if s.group < 2], self.step + 1)
 
     def worker_groups(self) -> List[WorkerGroup]:
         """Every worker group of the run (each gets a watchdog and its stack dumps)."""
