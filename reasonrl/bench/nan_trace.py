@@ -8,8 +8,9 @@ a Hugging Face attention layer calls (``ALL_ATTENTION_FUNCTIONS[config._attn_imp
 are query, key and value, its output the attention output, and the mask it was handed is summarised (shape, dtype,
 query rows with no key to attend to).
 
-``localize(records)`` names the culprit: the deepest module whose output gradients were all finite and one of whose
-input gradients was not, i.e. the module whose own backward made the first non-finite value. When no module did
+``localize(records)`` names the culprit: a module whose output gradients were all finite and one of whose input
+gradients was not, i.e. whose own backward made a non-finite value; of those, the first in the backward, and of its
+chain (a layer and its attention share the blame) the deepest. When no module did
 (the gradient arriving at the model's outputs is already non-finite), the loss side is named (``"<loss>"``).
 
 ``inject_nan_grad(module)`` makes a module's backward emit NaN (a forward hook; its forward is untouched): the dry
@@ -146,16 +147,24 @@ def localize(records: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {"culprit": None, "candidates": [], "first_nonfinite_grad": None,
                 "first_nonfinite_forward": first_bad_fwd, "backward_records": len(backward)}
     outputs_ok: Dict[str, bool] = {}
-    inputs_bad: Dict[str, bool] = {}
-    for r in backward:
-        if r["what"].startswith("output"):
-            outputs_ok[r["module"]] = outputs_ok.get(r["module"], True) and r["finite"]
+    first_bad_input: Dict[str, int] = {}
+    for i, r in enumerate(backward):
+        if r["what"].startswith("input") or r["what"] in ("query", "key", "value"):
+            if not r["finite"]:
+                first_bad_input.setdefault(r["module"], i)
         else:
-            inputs_bad[r["module"]] = inputs_bad.get(r["module"], False) or not r["finite"]
-    candidates = [m for m, bad in inputs_bad.items() if bad and outputs_ok.get(m, True)]
+            outputs_ok[r["module"]] = outputs_ok.get(r["module"], True) and r["finite"]
+    # a module counts only when gradients reached its outputs (all finite): one whose outputs carry none (the rotary
+    # embedding's cos/sin) would otherwise take the blame for a shared input's gradient
+    candidates = [m for m in first_bad_input if outputs_ok.get(m, False)]
     candidates.sort(key=lambda m: (-m.count("."), m))
-    return {"culprit": candidates[0] if candidates else LOSS, "candidates": candidates,
-            "first_nonfinite_grad": first_bad, "first_nonfinite_forward": first_bad_fwd,
+    culprit = LOSS
+    if candidates:  # the earliest in the backward, then the deepest module of its chain (its ancestors share the blame)
+        early = min(candidates, key=lambda m: first_bad_input[m])
+        chain = [m for m in candidates if m == early or m.startswith(early + ".") or early.startswith(m + ".")]
+        culprit = chain[0]
+    return {"culprit": culprit, "candidates": candidates, "first_nonfinite_grad": first_bad,
+            "first_nonfinite_forward": first_bad_fwd,
             "backward_records": len(backward)}
 
 
