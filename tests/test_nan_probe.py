@@ -89,41 +89,47 @@ def test_injected_nan_is_named_and_the_attention_mask_is_read():
     assert [m["module"] for m in masks] == ["model.layers.0.self_attn.attention_fn",
                                             "model.layers.1.self_attn.attention_fn"]
     assert masks[0]["mask_shape"] == [2, 1, 5, 5] and masks[0]["fully_masked_query_rows"] == 2
-    assert masks[0]["rows_with_fully_masked_queries"] == 1
+    assert masks[0]["rows_with_fully_masked_queries"] == 1 and masks[0]["fully_masked_per_row"] == [0, 2]
     assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping  # the wrapper is removed afterwards
     assert padding_facts(batch["attention_mask"])["left_pad_per_row"] == [0, 2]
 
 
-def test_attention_function_nan_is_named_as_the_attention():
-    """A NaN made inside the attention function (not a module) is blamed on ``<layer>.self_attn.attention_fn``."""
+def test_attention_function_nan_is_named_and_located():
+    """A NaN made inside the attention function (not a module), at the query positions with no key to attend to, is
+    blamed on ``<layer>.self_attn.attention_fn`` and located at those positions."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     model = _tiny_llama()
     inner = ALL_ATTENTION_FUNCTIONS["sdpa"]
 
-    class NanGrad(torch.autograd.Function):
+    class NanAtDeadQueries(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x):
-            return x.view_as(x)
+        def forward(ctx, q, dead):
+            ctx.save_for_backward(dead)
+            return q.view_as(q)
 
         @staticmethod
         def backward(ctx, g):
-            return g * float("nan")
+            (dead,) = ctx.saved_tensors  # [batch, q] -> [batch, 1, q, 1] over [batch, heads, q, head_dim]
+            return g.masked_fill(dead[:, None, :, None], float("nan")), None
 
-    def broken(module, q, k, v, mask, *args, **kwargs):  # NaN in the backward of layer 0's attention only
+    def broken(module, q, k, v, mask, *args, **kwargs):  # layer 0's backward: NaN in its fully masked query rows
         if module.layer_idx == 0:
-            q = NanGrad.apply(q)
+            q = NanAtDeadQueries.apply(q, ~mask.any(-1).squeeze(1))
         return inner(module, q, k, v, mask, *args, **kwargs)
 
+    batch = collate_rollout([[5, 6, 7], [8]], [[9, 10], [11, 12]], [[0.0] * 2] * 2, pad_id=0)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = broken
     try:
         with GradTrace(model) as trace:
-            model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits.sum().backward()
+            model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits.sum().backward()
     finally:
         del ALL_ATTENTION_FUNCTIONS["sdpa"]
     found = localize(trace.records)
     assert found["culprit"] == "model.layers.0.self_attn.attention_fn"
-    assert trace.masks[0]["mask"] is None  # no padding: causal attention without a mask
+    first = found["first_nonfinite_grad"]
+    assert first["what"] == "query" and first["bad_at"] == [[1, 0], [1, 1]]  # row 1's two left-pad positions
+    assert first["bad_positions"] == 2 and first["bad_in_fully_masked_queries"] == 2
 
 
 def test_padding_and_mask_facts_by_hand():

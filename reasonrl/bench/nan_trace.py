@@ -50,13 +50,19 @@ class GradTrace:
         self.names = {id(m): name or "<model>" for name, m in model.named_modules()}
         self._pending: List[Dict[str, Any]] = []  # facts kept as device scalars until ``records`` (no sync per hook)
         self.masks: List[Dict[str, Any]] = []
+        self.dead_queries: Optional[torch.Tensor] = None  # [batch, q]: query positions of the first mask with no key
         self._undo: List[Callable[[], None]] = []
 
     def _note(self, phase: str, module: str, what: str, t: torch.Tensor) -> None:
         t = t.detach()
-        self._pending.append({"phase": phase, "module": module, "what": what,
-                              "max_abs": t.abs().amax().float() if t.numel() else torch.zeros(()),
-                              "finite": torch.isfinite(t).all() if t.numel() else torch.ones((), dtype=torch.bool)})
+        rec = {"phase": phase, "module": module, "what": what,
+               "max_abs": t.abs().amax().float() if t.numel() else torch.zeros(()),
+               "finite": torch.isfinite(t).all() if t.numel() else torch.ones((), dtype=torch.bool)}
+        if phase == "backward" and t.dim() in (3, 4) and t.numel():
+            # [batch, seq, hidden] or attention's [batch, heads, seq, head_dim]: which (row, position) went bad
+            bad = ~torch.isfinite(t)
+            rec["bad_at"] = bad.any(-1) if t.dim() == 3 else bad.any(-1).any(1)
+        self._pending.append(rec)
 
     def _watch_grads(self, module: str, kind: str, tensors: Sequence[torch.Tensor]) -> None:
         for i, t in enumerate(tensors):
@@ -108,6 +114,8 @@ class GradTrace:
         def traced(module, query, key, value, attention_mask, *args, **kwargs):
             name = self.names.get(id(module), type(module).__name__) + ".attention_fn"
             self.masks.append({"module": name, **mask_facts(attention_mask)})
+            if self.dead_queries is None and attention_mask is not None and attention_mask.dim() == 4:
+                self.dead_queries = fully_masked_rows(attention_mask).any(1).cpu()  # [batch, q]
             for what, t in (("query", query), ("key", key), ("value", value)):
                 self._note("forward", name, what, t)
                 self._watch_grads(name, what, [t])
@@ -130,8 +138,23 @@ class GradTrace:
 
     @property
     def records(self) -> List[Dict[str, Any]]:
-        """The recorded facts as plain Python values, in the order they happened."""
-        return [{**r, "max_abs": float(r["max_abs"]), "finite": bool(r["finite"])} for r in self._pending]
+        """The recorded facts as plain Python values, in the order they happened. A non-finite gradient of a
+        [batch, (heads,) seq, ...] tensor also says where: ``bad_positions`` (count), the first ``bad_at`` (row,
+        position) pairs, and ``bad_in_fully_masked_queries``: how many of them are query positions that the first
+        attention mask seen left with no key (None when there was no mask or the shapes differ)."""
+        out = []
+        for r in self._pending:
+            rec = {k: v for k, v in r.items() if k != "bad_at"}
+            rec["max_abs"], rec["finite"] = float(r["max_abs"]), bool(r["finite"])
+            if "bad_at" in r and not rec["finite"]:
+                bad = r["bad_at"].cpu()
+                rec["bad_positions"] = int(bad.sum())
+                rec["bad_at"] = bad.nonzero().tolist()[:16]
+                dead = self.dead_queries
+                rec["bad_in_fully_masked_queries"] = (int((bad & dead).sum()) if dead is not None
+                                                      and dead.shape == bad.shape else None)
+            out.append(rec)
+        return out
 
 
 def localize(records: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -199,13 +222,15 @@ def fully_masked_rows(mask: torch.Tensor) -> torch.Tensor:
 
 
 def mask_facts(mask: Optional[torch.Tensor]) -> Dict[str, Any]:
-    """What an attention function was handed: None (``is_causal``), or its shape, dtype and fully masked rows."""
+    """What an attention function was handed: None (``is_causal``), or its shape, dtype and fully masked query rows
+    (in all, rows of the batch having any, and per batch row)."""
     if mask is None:
         return {"mask": None}
     dead = fully_masked_rows(mask)
     return {"mask_shape": list(mask.shape), "mask_dtype": str(mask.dtype),
             "fully_masked_query_rows": int(dead.sum()),
-            "rows_with_fully_masked_queries": int(dead.reshape(dead.shape[0], -1).any(-1).sum())}
+            "rows_with_fully_masked_queries": int(dead.reshape(dead.shape[0], -1).any(-1).sum()),
+            "fully_masked_per_row": dead.reshape(dead.shape[0], -1).sum(-1).tolist()}
 
 
 def padding_facts(attention_mask: torch.Tensor) -> Dict[str, Any]:
