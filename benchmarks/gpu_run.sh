@@ -22,6 +22,10 @@
 #       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N
 #   NO_SETUP=1 (any mode): use the Python environment as it is (a machine with the stack installed, or the CPU
 #       dry run of benchmarks/README.md); the carried parts are not unpacked
+#   benchmarks/gpu_run.sh nanprobe SECONDS [ARGS]
+#                                         base and SmolLM2 (after base, lcpart 0 and lcpart 1: no vLLM), then
+#                                         benchmarks/gpu_nan_probe.py --deadline-s SECONDS ARGS -> $OUT/nan_probe.json,
+#                                         $OUT/micro_batch.pt, $OUT/nan_probe.log
 #   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
@@ -163,7 +167,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   return $rc
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | step | anchors | trl | mfu | packing | doctor | train (see the header)}
+cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | nanprobe S | step | anchors | trl | mfu | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -208,6 +212,19 @@ case $cmd in
     wait "$learn_pid" || rc=$?
     wait "$curriculum_pid" || rc=$?
     [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
+    exit $rc ;;
+  nanprobe)
+    limit=${1:?nanprobe SECONDS}
+    shift
+    if [ "${NO_SETUP:-0}" != 1 ]; then
+      setup_base
+      setup_smollm2
+    else
+      export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+    fi
+    rc=0
+    python3 benchmarks/gpu_nan_probe.py --out "$OUT/nan_probe.json" --deadline-s "$limit" "$@" 2>&1 \
+      | tee "$OUT/nan_probe.log" | grep -E "^nan probe|Error|error" || rc=$?
     exit $rc ;;
   step)
     setup
