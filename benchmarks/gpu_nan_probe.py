@@ -36,8 +36,9 @@ from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write
 
 TRAIN = ["rollout.engine=hf", "data.train_batch_size=32", "rollout.n=8", "rollout.temperature=0.7", "actor.lr=1e-5",
          "actor.ppo_mini_batch_size=8", "actor.micro_batch_size_per_worker=64", "reward.workers=2",
-         "algorithm.use_kl_loss=false"]
-"""benchmarks/gpu_run.sh's ``TRAIN`` and grpo's ``EXTRA`` (the recorded configuration)."""
+         "algorithm.use_kl_loss=false", "model.attn_implementation=sdpa", "actor.use_packing=false"]
+"""benchmarks/gpu_run.sh's ``TRAIN`` and grpo's ``EXTRA`` (the recorded configuration), with the attention and padding
+the recorded runs had: sdpa on padded rows (the GPU's defaults are now varlen on packed rows)."""
 DRY_RUN = ["data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=24", "actor.ppo_mini_batch_size=1",
            "actor.micro_batch_size_per_worker=2", "reward.workers=1"]
 """``--dry-run``'s overrides, after ``TRAIN``: a step of seconds on a CPU."""
