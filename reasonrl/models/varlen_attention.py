@@ -163,10 +163,14 @@ def register_varlen_attention() -> None:
 def prepared_attention(name: str, device: str) -> str:
     """The ``attn_implementation`` to load a model with for ``model.attn_implementation=name`` on ``device``:
     ``auto`` resolved (``device_defaults.attn_implementation_for``), and the varlen implementation registered
-    with transformers when it is the one."""
+    with transformers when it is the one, sdpa's wrapper without empty query rows when sdpa is."""
     from reasonrl.config.device_defaults import attn_implementation_for
 
     resolved = attn_implementation_for(name, device, varlen_kernel_importable())
     if resolved == VARLEN_ATTENTION:
         register_varlen_attention()
+    elif resolved == "sdpa":  # padded rows: no query row without a key (sdpa_rows.py: the bf16 NaN's fix)
+        from .sdpa_rows import register_sdpa_without_empty_rows
+
+        register_sdpa_without_empty_rows()
     return resolved
