@@ -56,6 +56,13 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
+    from reasonrl.trainer.checkpoint import finished_step
+
+    done_at = finished_step(cfg.trainer.output_dir, cfg.trainer.resume, cfg.trainer.total_steps)
+    if done_at is not None:  # before Ray, the engines or the model: a finished run says so in seconds
+        print(f"reasonrl: run complete at step {done_at} (a verified checkpoint in "
+              f"{cfg.trainer.output_dir}/checkpoints); raise trainer.total_steps to continue", flush=True)
+        return 0
     print_header(cfg, notes, plan)
     from reasonrl.doctor import check_requirements
 
@@ -64,9 +71,20 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
         for p in problems:
             print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
         return 3
+    from reasonrl.controller.ray_head import stop_local_head
+
+    try:
+        return train(cfg, plan, backend)
+    finally:  # the local Ray head (own_session) stops with the run, whatever ended it
+        stop_local_head()
+
+
+def train(cfg, plan, backend) -> int:
+    """Start the workers, train, and say how the run ended (its exit status)."""
+    from reasonrl.config import ConfigError
     from reasonrl.datasets import DataError
     from reasonrl.models.loader import ModelNotFoundError
-    from reasonrl.trainer.checkpoint import CheckpointError
+    from reasonrl.trainer.checkpoint import CheckpointError, resume_point
     from reasonrl.interrupt import EXIT_INTERRUPTED
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
@@ -75,8 +93,8 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     from reasonrl.trainer.backends import RayBackend
     from reasonrl.trainer.trainer import Trainer
 
-    try:
-        trainer = Trainer(cfg, plan, backend or RayBackend())  # trainer.mode=async: rollout workers of their own (docs/async.md)
+    try:  # trainer.mode=async: rollout workers of their own (docs/async.md)
+        trainer = Trainer(cfg, plan, backend or RayBackend(own_session=True))
     except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
@@ -86,6 +104,7 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except KeyboardInterrupt:
         print("reasonrl: interrupted while starting; nothing was trained", file=sys.stderr)
         return EXIT_INTERRUPTED
+    run_dir = str(trainer.run_dir)
     try:
         trainer.fit()
     except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
@@ -93,9 +112,16 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except RunHaltedError as exc:  # no verdicts, or nothing trained: stop loudly (the last checkpoint stays)
         print(f"reasonrl: stopped: {exc}", file=sys.stderr)
         return EXIT_HALTED
-    except KeyboardInterrupt:  # a second Ctrl-C: the step in flight is dropped
-        print(f"reasonrl: aborted without saving; the last complete checkpoint is the resume point "
-              f"({trainer.run_dir / 'checkpoints'})", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the step in flight is dropped
+        print(f"reasonrl: aborted without saving the step in flight; {resume_point(run_dir)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if not trainer.stop_signal:
+            raise
+        # asked to stop, then the step failed: a signal to the whole job (Slurm, systemd) also stopped Ray's processes
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        print(f"reasonrl: {trainer.stop_signal}: the step in flight was lost, its workers stopped with the run "
+              f"({type(exc).__name__}: {reason}); {resume_point(run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         trainer.close()

@@ -158,11 +158,13 @@ class Trainer:
         the step just finished; ``self.interrupted`` then says so (``reasonrl.train`` exits 130)."""
         t = self.cfg.trainer
         self.interrupted = False
+        self._stop = None
         if t.watchdog_max_s > 0:  # one watchdog per group: each keeps its own phase durations
             for group in self.worker_groups():
                 group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
                                       str(self.run_dir / "stacks"))
         with stop_at_boundary("finishing the step in flight, then saving a checkpoint and stopping") as stop:
+            self._stop = stop
             if t.val_before_train and self.step == 0:
                 self.logger.log(self.validate(), 0)
             bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
@@ -184,6 +186,11 @@ class Trainer:
             finally:
                 bar.close()
             self.interrupted = stop.requested and self.step < t.total_steps
+
+    @property
+    def stop_signal(self) -> str:
+        """The signal that asked ``fit`` to stop ("SIGTERM", "SIGINT"), or "" when none did."""
+        return self._stop.signal_name if self._stop is not None else ""
 
     def train_step(self) -> Dict[str, Any]:
         cfg, alg = self.cfg, self.cfg.algorithm
