@@ -93,6 +93,10 @@ def train(cfg, plan, backend) -> int:
     from reasonrl.trainer.backends import RayBackend
     from reasonrl.trainer.trainer import Trainer
 
+    from reasonrl.controller import ray_head
+
+    ray_head.on_lost = lambda: ray_stopped_under_the_run(trainer_of, str(cfg.trainer.output_dir))
+    trainer_of: list = []  # the trainer, once built (Ray may stop before)
     try:  # trainer.mode=async: rollout workers of their own (docs/async.md)
         trainer = Trainer(cfg, plan, backend or RayBackend(own_session=True))
     except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
@@ -104,6 +108,7 @@ def train(cfg, plan, backend) -> int:
     except KeyboardInterrupt:
         print("reasonrl: interrupted while starting; nothing was trained", file=sys.stderr)
         return EXIT_INTERRUPTED
+    trainer_of.append(trainer)
     run_dir = str(trainer.run_dir)
     try:
         trainer.fit()
@@ -120,11 +125,13 @@ def train(cfg, plan, backend) -> int:
             raise
         # asked to stop, then the step failed: a signal to the whole job (Slurm, systemd) also stopped Ray's processes
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        ray_head.on_lost = None  # said here; the workers are gone, nothing of theirs to close
         print(f"reasonrl: {trainer.stop_signal}: the step in flight was lost, its workers stopped with the run "
               f"({type(exc).__name__}: {reason}); {resume_point(run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        trainer.close()
+        if ray_head.on_lost is not None:
+            trainer.close()
     if trainer.interrupted:
         print(f"reasonrl: interrupted — step {trainer.step} saved in {trainer.run_dir / 'checkpoints'}; run the same "
               "command again to resume", flush=True)
@@ -132,6 +139,20 @@ def train(cfg, plan, backend) -> int:
     print(f"reasonrl: done — {trainer.step} steps; metrics in {trainer.run_dir / 'metrics.jsonl'}; "
           f"checkpoints in {trainer.run_dir / 'checkpoints'}", flush=True)
     return 0
+
+
+def ray_stopped_under_the_run(trainer_of: list, run_dir: str) -> None:
+    """The local Ray head exited while the run used it (SIGTERM to every process of the job): the step in flight is
+    lost; say where a resume starts, and exit now (130 when a signal asked the run to stop, else 1)."""
+    from reasonrl.interrupt import EXIT_INTERRUPTED
+    from reasonrl.trainer.checkpoint import resume_point
+
+    sig = trainer_of[0].stop_signal if trainer_of else ""
+    print(f"reasonrl: {sig or 'stopped'}: Ray's processes were stopped under the run, so the step in flight was "
+          f"lost; {resume_point(run_dir)}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_INTERRUPTED if sig else 1)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .placement import free_port
 
@@ -42,11 +42,13 @@ class LocalHead:
                    "--include-dashboard=false", "--disable-usage-stats"]
         if num_cpus is not None:
             command.append(f"--num-cpus={num_cpus}")
-        env = {"RAY_AUTH_MODE": "token", **os.environ, "RAY_AUTH_TOKEN": self.token}  # an explicit mode is kept
+        env = {"RAY_AUTH_MODE": "token", **os.environ, "RAY_AUTH_TOKEN": self.token,  # an explicit mode is kept
+               "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}  # on SIGTERM stop at once (no 30 s drain)
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                      preexec_fn=_term_on_parent_death)
         self.pid = self.proc.pid
+        self.stopping = False
         self.lines: List[str] = []
         self._started = threading.Event()
         threading.Thread(target=self._read, name="ray-head-output", daemon=True).start()
@@ -61,11 +63,16 @@ class LocalHead:
             self.lines = (self.lines + [line])[-200:]
             if STARTED in line:
                 self._started.set()
+        started = self._started.is_set()
         self._started.set()
+        self.proc.wait()
+        if started and not self.stopping and on_lost is not None:  # stopped under the run (SIGTERM to the job)
+            on_lost()
 
     def stop(self) -> None:
         """SIGTERM to ``ray start``, which stops the cluster's processes; SIGKILL to its whole session if it has not
         exited after ``STOP_TIMEOUT_S``."""
+        self.stopping = True
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -85,6 +92,10 @@ def _term_on_parent_death() -> None:
 
 
 _head: Optional[LocalHead] = None
+on_lost: Optional[Callable[[], None]] = None
+"""Called (from the head's output thread) when the head exits while the run still uses it: a SIGTERM to every
+process of the job (Slurm, systemd) stopped Ray under the run. The CLI sets it to say where a resume starts and
+exit at once, rather than wait out Ray's 60 s of "Failed to connect to GCS"."""
 
 
 def start_local_head(num_cpus: Optional[int]) -> LocalHead:
@@ -104,9 +115,10 @@ def start_local_head(num_cpus: Optional[int]) -> LocalHead:
 
 def stop_local_head() -> None:
     """Disconnect from Ray and stop the head started here (nothing when none was)."""
-    global _head
+    global _head, on_lost
     import ray
 
+    on_lost = None
     ray.shutdown()
     if _head is not None:
         _head.stop()

@@ -52,6 +52,8 @@ class Trainer:
     actors; ``backends.InProcessBackend``: the same workers in this process, for benchmarks and fast tests); the
     rollout source follows from the plan's mode (``sources``)."""
 
+    _stop = None  # fit's StopRequest, from its start (``stop_signal``)
+
     def __init__(self, cfg: Config, plan: RunPlan, backend: Any) -> None:
         self.cfg, self.plan = cfg, plan
         apply_device_defaults(cfg, plan.device)  # rollout.enforce_eager=None -> the device's default
@@ -158,7 +160,6 @@ class Trainer:
         the step just finished; ``self.interrupted`` then says so (``reasonrl.train`` exits 130)."""
         t = self.cfg.trainer
         self.interrupted = False
-        self._stop = None
         if t.watchdog_max_s > 0:  # one watchdog per group: each keeps its own phase durations
             for group in self.worker_groups():
                 group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
