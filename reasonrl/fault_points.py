@@ -7,7 +7,9 @@ the ``count``-th time (default 1), the action runs:
   fault point returns (``os.kill`` of the process may deliver it to another thread, and the handler later);
 - ``sigkill``: SIGKILL to the process's group when it leads one (so Ray's processes die with it, as ``kill -9`` of
   a terminal's job does), else to the process itself;
-- ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``).
+- ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``);
+- ``pause``: block until the file named by ``REASONRL_FAULT_RELEASE`` exists, signal handlers running meanwhile (a
+  step held in flight while a test signals the run; the printed ``fault point ...: pause`` line says it is held).
 
 Points in the code: ``group.<method>`` (the controller has sent ``<method>`` to every worker and waits),
 ``worker<rank>.<method>`` (the worker of that rank blocks before running ``<method>``: ``hang`` only),
@@ -23,11 +25,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from typing import Dict, Optional, Tuple
 
 ENV = "REASONRL_FAULT_AT"
-ACTIONS = ("sigint", "sigkill", "hang")
+RELEASE_ENV = "REASONRL_FAULT_RELEASE"
+ACTIONS = ("sigint", "sigkill", "hang", "pause")
+PAUSE_POLL_S = 0.05
+"""How often ``pause`` looks for its release file (its wait also wakes for every signal, whose handler then runs)."""
 
 _hits: Counter = Counter()
 
@@ -78,6 +84,17 @@ def run_action(action: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "hang":
         hang_here()
+    elif action == "pause":
+        pause_until_released()
+
+
+def pause_until_released() -> None:
+    """Block until the file ``REASONRL_FAULT_RELEASE`` names exists (a step held in flight)."""
+    release = os.environ.get(RELEASE_ENV)
+    if not release:
+        raise ValueError(f"{ENV}: the pause action needs {RELEASE_ENV}=<a file whose creation releases it>")
+    while not os.path.exists(release):
+        time.sleep(PAUSE_POLL_S)
 
 
 def run_in_actor(_instance, action: str) -> None:

@@ -57,6 +57,13 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
+    from reasonrl.trainer.checkpoint import finished_step
+
+    done_at = finished_step(cfg.trainer.output_dir, cfg.trainer.resume, cfg.trainer.total_steps)
+    if done_at is not None:  # before Ray, the engines or the model: a finished run says so in seconds
+        print(f"reasonrl: run complete at step {done_at} (a verified checkpoint in "
+              f"{cfg.trainer.output_dir}/checkpoints); raise trainer.total_steps to continue", flush=True)
+        return 0
     print_header(cfg, notes, plan)
     from reasonrl.doctor import check_requirements
 
@@ -65,9 +72,20 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
         for p in problems:
             print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
         return 3
+    from reasonrl.controller.ray_head import stop_local_head
+
+    try:
+        return train(cfg, plan, backend)
+    finally:  # the local Ray head (own_session) stops with the run, whatever ended it
+        stop_local_head()
+
+
+def train(cfg, plan, backend) -> int:
+    """Start the workers, train, and say how the run ended (its exit status)."""
+    from reasonrl.config import ConfigError
     from reasonrl.datasets import DataError
     from reasonrl.models.loader import ModelNotFoundError
-    from reasonrl.trainer.checkpoint import CheckpointError
+    from reasonrl.trainer.checkpoint import CheckpointError, resume_point
     from reasonrl.interrupt import EXIT_INTERRUPTED
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
@@ -76,8 +94,12 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     from reasonrl.trainer.backends import RayBackend
     from reasonrl.trainer.trainer import Trainer
 
-    try:
-        trainer = Trainer(cfg, plan, backend or RayBackend())  # trainer.mode=async: rollout workers of their own (docs/async.md)
+    from reasonrl.controller import ray_head
+
+    ray_head.on_lost = lambda: ray_stopped_under_the_run(trainer_of, str(cfg.trainer.output_dir))
+    trainer_of: list = []  # the trainer, once built (Ray may stop before)
+    try:  # trainer.mode=async: rollout workers of their own (docs/async.md)
+        trainer = Trainer(cfg, plan, backend or RayBackend(own_session=True))
     except ConfigError as exc:  # a fact of the model or data the config does not fit (e.g. its context length)
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
@@ -87,6 +109,8 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except KeyboardInterrupt:
         print("reasonrl: interrupted while starting; nothing was trained", file=sys.stderr)
         return EXIT_INTERRUPTED
+    trainer_of.append(trainer)
+    run_dir = str(trainer.run_dir)
     try:
         trainer.fit()
     except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
@@ -94,12 +118,21 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except RunHaltedError as exc:  # no verdicts, or nothing trained: stop loudly (the last checkpoint stays)
         print(f"reasonrl: stopped: {exc}", file=sys.stderr)
         return EXIT_HALTED
-    except KeyboardInterrupt:  # a second Ctrl-C: the step in flight is dropped
-        print(f"reasonrl: aborted without saving; the last complete checkpoint is the resume point "
-              f"({trainer.run_dir / 'checkpoints'})", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: the step in flight is dropped
+        print(f"reasonrl: aborted without saving the step in flight; {resume_point(run_dir)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if not trainer.stop_signal:
+            raise
+        # asked to stop, then the step failed: a signal to the whole job (Slurm, systemd) also stopped Ray's processes
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        ray_head.on_lost = None  # said here; the workers are gone, nothing of theirs to close
+        print(f"reasonrl: {trainer.stop_signal}: the step in flight was lost, its workers stopped with the run "
+              f"({type(exc).__name__}: {reason}); {resume_point(run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        trainer.close()
+        if ray_head.on_lost is not None:
+            trainer.close()
     if trainer.interrupted:
         print(f"reasonrl: interrupted — step {trainer.step} saved in {trainer.run_dir / 'checkpoints'}; run the same "
               "command again to resume", flush=True)
@@ -107,6 +140,20 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     print(f"reasonrl: done — {trainer.step} steps; metrics in {trainer.run_dir / 'metrics.jsonl'}; "
           f"checkpoints in {trainer.run_dir / 'checkpoints'}", flush=True)
     return 0
+
+
+def ray_stopped_under_the_run(trainer_of: list, run_dir: str) -> None:
+    """The local Ray head exited while the run used it (SIGTERM to every process of the job): the step in flight is
+    lost; say where a resume starts, and exit now (130 when a signal asked the run to stop, else 1)."""
+    from reasonrl.interrupt import EXIT_INTERRUPTED
+    from reasonrl.trainer.checkpoint import resume_point
+
+    sig = trainer_of[0].stop_signal if trainer_of else ""
+    print(f"reasonrl: {sig or 'stopped'}: Ray's processes were stopped under the run, so the step in flight was "
+          f"lost; {resume_point(run_dir)}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_INTERRUPTED if sig else 1)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -112,3 +112,55 @@ def test_metrics_rows_after_the_resumed_step_are_dropped_in_place(tmp_path):
     assert [r["step"] for r in got] == [0, 1, 2, 3] and got[-1]["x"] == 33
     assert drop_rows_after(metrics, 3) == 0
     assert drop_rows_after(tmp_path / "absent.jsonl", 0) == 0
+
+
+def test_finished_step_is_the_verified_checkpoint_at_total_steps(tmp_path):
+    from reasonrl.trainer.checkpoint import finished_step
+
+    run = tmp_path / "run"
+    assert finished_step(str(run), "auto", 2) is None  # no checkpoint at all
+    _save(run, 1)
+    assert finished_step(str(run), "auto", 2) is None  # step 1 of 2: more to train
+    last = _save(run, 2)
+    assert finished_step(str(run), "auto", 2) == 2
+    assert finished_step(str(run), "auto", 1) == 2  # total_steps lowered below the checkpoint: nothing to train either
+    assert finished_step(str(run), "auto", 3) is None  # total_steps raised: train on
+    assert finished_step(str(run), "never", 2) is None  # starting over is not a finished run
+    assert finished_step(str(run), str(run / "checkpoints" / "step_000001"), 2) is None
+    assert finished_step(str(run), str(last), 2) == 2
+    _damage(last, "truncate_weights")
+    assert finished_step(str(run), "auto", 2) is None  # left to the trainer, which names the file and falls back
+
+
+def test_resume_point_names_the_newest_complete_checkpoint_or_none(tmp_path):
+    from reasonrl.trainer.checkpoint import resume_point
+
+    run = tmp_path / "run"
+    root = run / "checkpoints"
+    assert resume_point(str(run)) == (f"no checkpoint exists in {root}; running the same command again starts at "
+                                      f"step 1 from model.path")
+    _save(run, 1)
+    _save(run, 2)
+    (root / "step_000003.tmp").mkdir()  # a save cut short is not a resume point
+    assert resume_point(str(run)) == (f"the last complete checkpoint is {root / 'step_000002'} (step 2); running the "
+                                      f"same command again resumes at step 3")
+
+
+def test_a_finished_run_says_so_and_exits_0_before_ray_or_the_model(tmp_path):
+    """The real command, in a process of its own, on a run whose newest verified checkpoint is at total_steps: one
+    line, exit 0, and Ray never imported (so never started); the model path is never read."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    _save(run, 3)
+    code = ("import sys; from reasonrl.train import main; status = main(sys.argv[1:]); "
+            "print('ray imported' if 'ray' in sys.modules else 'ray not imported'); sys.exit(status)")
+    proc = subprocess.run([sys.executable, "-c", code, "task=gsm8k", "model.path=/nonexistent/model",
+                           "rollout.engine=hf", "trainer.logger=[jsonl]", "trainer.total_steps=3",
+                           f"trainer.output_dir={run}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [
+        f"reasonrl: run complete at step 3 (a verified checkpoint in {run}/checkpoints); raise "
+        f"trainer.total_steps to continue", "ray not imported"], proc.stdout + proc.stderr
+    assert not (run / "metrics.jsonl").exists()

@@ -1,4 +1,6 @@
 """The watchdog's limit (numbers by hand) and the fault-point syntax that tests use to interrupt runs."""
+import threading
+
 import pytest
 
 from reasonrl.fault_points import parse
@@ -71,3 +73,23 @@ def test_a_sigint_fault_point_has_asked_to_stop_when_it_returns(monkeypatch, cap
     captured = capsys.readouterr()
     assert "fault point test.point#2: sigint" in captured.out
     assert "SIGINT: finishing the batch in flight" in captured.err
+
+
+def test_pause_fault_point_needs_its_release_file_and_returns_once_it_exists(monkeypatch, tmp_path, capsys):
+    from reasonrl import fault_points
+
+    monkeypatch.setattr(fault_points, "_hits", fault_points.Counter())
+    monkeypatch.setenv("REASONRL_FAULT_AT", "step.begin#1=pause,step.begin#2=pause")
+    monkeypatch.delenv("REASONRL_FAULT_RELEASE", raising=False)
+    with pytest.raises(ValueError, match="REASONRL_FAULT_RELEASE"):
+        fault_points.fault_point("step.begin")
+    release = tmp_path / "release"
+    monkeypatch.setenv("REASONRL_FAULT_RELEASE", str(release))
+    held = threading.Thread(target=fault_points.fault_point, args=("step.begin",), daemon=True)
+    held.start()
+    held.join(0.3)
+    assert held.is_alive()  # held while the file is missing
+    release.touch()
+    held.join(30)
+    assert not held.is_alive()
+    assert "fault point step.begin#2: pause" in capsys.readouterr().out

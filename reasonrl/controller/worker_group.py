@@ -260,9 +260,11 @@ def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what:
     return [results[ref] for ref in order]
 
 
-def start_ray(address: str | None, num_cpus: int | None = None) -> None:
+def start_ray(address: str | None, num_cpus: int | None = None, own_session: bool = False) -> None:
     """Start a local Ray (``address`` None) or join a running cluster (``auto`` or ``host:port``, the head's GCS),
-    once, passing this process's environment on to the workers (on every node)."""
+    once, passing this process's environment on to the workers (on every node). ``own_session``: the local cluster's
+    processes in a session of their own, safe from signals to this process's group (``ray_head``; the training CLI,
+    which stops it with ``ray_head.stop_local_head``)."""
     if ray.is_initialized():
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
@@ -273,6 +275,10 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # None or "local": a new cluster of our own, even when another one runs on this machine (ray.init() would join it)
     joining = address not in (None, "local")
+    if own_session and not joining:
+        from .ray_head import start_local_head
+
+        address, joining = start_local_head(num_cpus).address, True
     ray.init(address=address if joining else "local", num_cpus=None if joining else num_cpus, include_dashboard=False,
              log_to_driver=True, logging_level="WARNING", runtime_env={"env_vars": env})
 

@@ -38,10 +38,13 @@ def default_workers():
 
 
 class RayBackend:
-    """Worker groups as Ray actors, placed by ``controller.placement`` (``trainer.ray_address``: the cluster)."""
+    """Worker groups as Ray actors, placed by ``controller.placement`` (``trainer.ray_address``: the cluster).
+    ``own_session``: a local cluster's processes in a session of their own (``controller.ray_head``; the CLI's
+    choice, which stops them at its end), out of reach of a signal to the driver's process group."""
 
     def __init__(self, actor_worker: Optional[type] = None, critic_worker: Optional[type] = None,
-                 rollout_worker: Optional[type] = None) -> None:
+                 rollout_worker: Optional[type] = None, own_session: bool = False) -> None:
+        self.own_session = own_session
         actor, critic, rollout = default_workers()
         self.actor_worker = actor_worker or actor
         self.critic_worker = critic_worker or critic
@@ -54,7 +57,7 @@ class RayBackend:
         from reasonrl.controller.placement import node_capacities
 
         with startup("ray_start"):
-            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus)
+            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
         layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
         print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1

@@ -50,6 +50,37 @@ def list_checkpoints(output_dir: str) -> list:
     return [d for _, d in sorted(found)]
 
 
+def resume_point(output_dir: str) -> str:
+    """Where the same command would resume, in words: the newest complete checkpoint and the step that follows it, or
+    that there is none (for the messages of a run that stops without saving the step in flight)."""
+    found = list_checkpoints(output_dir)
+    if not found:
+        return (f"no checkpoint exists in {checkpoint_root(output_dir)}; running the same command again starts at "
+                f"step 1 from model.path")
+    step = int(STEP_DIR.match(found[-1].name).group(1))
+    return (f"the last complete checkpoint is {found[-1]} (step {step}); running the same command again resumes at "
+            f"step {step + 1}")
+
+
+def finished_step(output_dir: str, resume: str, total_steps: int) -> Optional[int]:
+    """The step of the checkpoint ``resume`` would continue from (``trainer.resume``: ``auto`` the newest, or a
+    directory) when it is at ``total_steps`` or beyond and verifies: the run is complete, nothing to start. None
+    otherwise (a damaged one is left to the trainer's choice, which names it)."""
+    if resume == "never":
+        return None
+    found = list_checkpoints(output_dir) if resume == "auto" else [Path(resume)]
+    if not found or not (found[-1] / TRAINER_STATE).exists():
+        return None
+    try:
+        step = json.loads((found[-1] / TRAINER_STATE).read_text())["step"]
+        if not isinstance(step, int) or step < total_steps:
+            return None
+        verify_checkpoint(found[-1])
+    except (ValueError, KeyError, TypeError, CheckpointError):
+        return None
+    return step
+
+
 def save_checkpoint(output_dir: str, step: int, write_workers: Callable[[str], Any], trainer_state: Dict[str, Any],
                     config_yaml: str, keep: int = 0) -> Path:
     """Write a checkpoint for ``step`` atomically; ``write_workers(tmp_dir)`` lets the workers add their files."""

@@ -53,6 +53,8 @@ class Trainer:
     actors; ``backends.InProcessBackend``: the same workers in this process, for benchmarks and fast tests); the
     rollout source follows from the plan's mode (``sources``)."""
 
+    _stop = None  # fit's StopRequest, from its start (``stop_signal``)
+
     def __init__(self, cfg: Config, plan: RunPlan, backend: Any) -> None:
         self.cfg, self.plan = cfg, plan
         apply_device_defaults(cfg, plan.device)  # rollout.enforce_eager=None -> the device's default
@@ -165,6 +167,7 @@ class Trainer:
                 group.enable_watchdog(PhaseWatchdog(t.watchdog_factor, t.watchdog_min_s, t.watchdog_max_s),
                                       str(self.run_dir / "stacks"))
         with stop_at_boundary("finishing the step in flight, then saving a checkpoint and stopping") as stop:
+            self._stop = stop
             if t.val_before_train and self.step == 0:
                 self.logger.log(self.validate(), 0)
             bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
@@ -186,6 +189,11 @@ class Trainer:
             finally:
                 bar.close()
             self.interrupted = stop.requested and self.step < t.total_steps
+
+    @property
+    def stop_signal(self) -> str:
+        """The signal that asked ``fit`` to stop ("SIGTERM", "SIGINT"), or "" when none did."""
+        return self._stop.signal_name if self._stop is not None else ""
 
     def train_step(self) -> Dict[str, Any]:
         cfg, alg = self.cfg, self.cfg.algorithm
