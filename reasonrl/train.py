@@ -56,14 +56,14 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    print_header(cfg, notes, plan)
     from reasonrl.doctor import check_requirements
 
-    problems = check_requirements(cfg)
+    problems = check_requirements(cfg)  # before the config table, so the error is the last thing printed
     if problems:
         for p in problems:
-            print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
-        return 3
+            print(f"reasonrl: {'error' if p.bad_input else 'missing requirement'}: {p}", file=sys.stderr)
+        return 2 if any(p.bad_input for p in problems) else 3
+    print_header(cfg, notes, plan)
     from reasonrl.datasets import DataError
     from reasonrl.models.loader import ModelNotFoundError
     from reasonrl.trainer.checkpoint import CheckpointError
