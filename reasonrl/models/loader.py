@@ -146,6 +146,15 @@ def model_context_length(path: str) -> Optional[int]:
     return None
 
 
+def ties_word_embeddings(path: str) -> bool:
+    """Whether the model's ``config.json`` ties the output head to the input embedding (read as JSON; False when the
+    directory has no config or the config does not say)."""
+    import json
+
+    config = Path(path) / "config.json"
+    return config.is_file() and bool(json.loads(config.read_text()).get("tie_word_embeddings", False))
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 

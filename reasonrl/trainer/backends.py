@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from reasonrl.config import Config, to_dict
+from reasonrl.logging import library_output
 
 
 @dataclass
@@ -55,6 +56,7 @@ class RayBackend:
 
         with startup("ray_start"):
             start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus)
+            library_output.after_ray_start()  # the workers' lines to libraries.log (trainer.verbose=false)
         layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
         print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1

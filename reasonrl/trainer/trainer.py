@@ -28,6 +28,7 @@ from reasonrl.data.sample import Round, Sample, collate_samples
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
+from reasonrl.logging import library_output
 from reasonrl.memory import resolve_run_budgets
 from reasonrl.memory.auto import auto_budget_keys
 from reasonrl.memory.auto import host_memory_bytes
@@ -63,6 +64,7 @@ class Trainer:
         self.run_dir = Path(cfg.trainer.output_dir)
         self.resume_from = self._choose_checkpoint()  # before anything is written or loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        library_output.install(str(self.run_dir), cfg.trainer.verbose)  # the libraries' output to libraries.log
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
@@ -380,3 +382,4 @@ class Trainer:
         self.workers.shutdown()
         if self.critic is not None:
             self.critic.shutdown()
+        library_output.uninstall()
