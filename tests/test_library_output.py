@@ -124,3 +124,17 @@ def wait_until(condition, timeout_s: float = 60.0) -> bool:
             return True
         tick.wait(0.2)
     return False
+
+
+def test_the_tied_heads_reload_warning_is_dropped_only_for_tied_embeddings(model_path):
+    from reasonrl.models.loader import ties_word_embeddings
+    from reasonrl.rollout.vllm_engine import _ReloadNoiseFilter
+
+    def record(layer):
+        return logging.LogRecord("vllm.model_executor.model_loader.reload.layerwise", logging.WARNING, "layerwise.py",
+                                 266, "%s: Failed to load weights", (layer,), None)
+
+    assert ties_word_embeddings(model_path)  # the real SmolLM2 ties lm_head to embed_tokens
+    tied, untied = _ReloadNoiseFilter(tied_head=True), _ReloadNoiseFilter(tied_head=False)
+    assert not tied.filter(record("ParallelLMHead")) and untied.filter(record("ParallelLMHead"))
+    assert not untied.filter(record("RotaryEmbedding")) and tied.filter(record("QKVParallelLinear"))
