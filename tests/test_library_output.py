@@ -53,6 +53,12 @@ def test_ray_worker_lines_keep_only_the_traceback_on_the_console(routed):
     assert console.getvalue().splitlines() == [prefix + line for line in lines[1:5]]
     assert path.read_text().splitlines() == [prefix + line for line in lines]
 
+    status = ["======== Autoscaler status: 2026-12-04 20:35:02 ========", "Node status",
+              ":event_summary:Adding 1 node(s) of type head"]
+    out.worker_lines({"lines": status, "pid": "autoscaler", "is_err": False})
+    assert path.read_text().splitlines()[len(lines):] == ["(worker pid=autoscaler) :event_summary:Adding 1 node(s) of "
+                                                          "type head"]  # the periodic status is left out
+
 
 def test_verbose_leaves_the_libraries_alone_and_uninstall_puts_everything_back(tmp_path):
     import sys

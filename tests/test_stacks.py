@@ -1,5 +1,6 @@
 """Stack dumps: the run directory gets a ``stacks/`` folder only when a dump was asked for (a hang)."""
 import faulthandler
+import shutil
 
 from reasonrl.workers import stacks
 from reasonrl.workers.stacks import DUMP_SIGNAL, collect_stack_dump, install_stack_dump, scratch_stack_dir
@@ -17,5 +18,6 @@ def test_stacks_folder_made_only_when_a_dump_is_asked_for(tmp_path):
         faulthandler.unregister(DUMP_SIGNAL)
         stacks._dump_file.close()
         stacks._dump_file = None
+        shutil.rmtree(scratch.parent)
     assert "test_stacks_folder_made_only_when_a_dump_is_asked_for" in text  # this test's frame, from faulthandler
     assert (run_stacks / "Worker_rank0.txt").read_text() == text

@@ -74,9 +74,12 @@ class WorkerGroup:
 
     def enable_watchdog(self, watchdog: Any, stack_dir: str) -> None:
         """Time every later call with ``watchdog`` (``limit_s``/``record``/``hung``; see
-        reasonrl.trainer.watchdog) and let each worker dump its stacks to ``<stack_dir>/<class>_rank<r>.txt``."""
+        reasonrl.trainer.watchdog) and let each worker dump its stacks on request, kept in
+        ``<stack_dir>/<class>_rank<r>.txt`` (made only then: the open dump files are scratch files elsewhere)."""
         name = self.worker_cls.__name__
-        self.stack_files = [Path(stack_dir) / f"{name}_rank{r}.txt" for r in range(self.world_size)]
+        scratch = scratch_stack_dir()
+        self.stack_dir = Path(stack_dir)
+        self.stack_files = [scratch / f"{name}_rank{r}.txt" for r in range(self.world_size)]
         self.pids = ray.get([w.__ray_call__.remote(install_stack_dump, str(f))
                              for w, f in zip(self.workers, self.stack_files)])
         self.watchdog = watchdog

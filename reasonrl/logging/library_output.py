@@ -35,6 +35,9 @@ _SHOWN = re.compile(r"Traceback \(most recent call last\)|\b(ERROR|CRITICAL|FATA
 """A line the console keeps: a traceback's start, an error, an exception's last line, reasonrl's own messages."""
 _TRACEBACK_BODY = re.compile(r"^(\s|$)|^During handling|^The above exception")
 
+AUTOSCALER_EVENT = ":event_summary:"
+"""The mark of an autoscaler line that is an event (a node added, a demand unmet), not its periodic status."""
+
 _active: Optional["LibraryOutput"] = None
 
 
@@ -119,7 +122,10 @@ class LibraryOutput:
         """One batch of a Ray worker's output (Ray's dict: lines, pid, actor_name or task_name, is_err)."""
         who = data.get("actor_name") or data.get("task_name") or "worker"
         source = str(data.get("pid", ""))
-        for line in data.get("lines", []):
+        lines = data.get("lines", [])
+        if source == "autoscaler":  # its status every few seconds; Ray's own printer keeps only its events too
+            lines = [line for line in lines if AUTOSCALER_EVENT in line]
+        for line in lines:
             self.write(line, source, prefix=f"({who} pid={source}) ")
 
     def close(self) -> None:
