@@ -46,7 +46,8 @@ def test_a_known_warning_is_explained_once(routed):
 def test_ray_worker_lines_keep_only_the_traceback_on_the_console(routed):
     out, console, path = routed
     lines = ["INFO 12-04 20:27:30 [loader.py:12] Loading weights took 0.12 seconds",
-             "Traceback (most recent call last):", '  File "worker.py", line 3, in generate', "    raise ValueError('x')",
+             "Traceback (most recent call last):", '  File "worker.py", line 3, in generate',
+             "    raise ValueError('x')",
              "ValueError: x", "INFO 12-04 20:27:31 [core.py:9] shutting down"]
     out.worker_lines({"lines": lines, "pid": 4242, "actor_name": "ActorRolloutRefWorker", "is_err": True})
     prefix = "(ActorRolloutRefWorker pid=4242) "

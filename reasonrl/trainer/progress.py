@@ -26,7 +26,8 @@ class StepProgress:
         self.bar.set_postfix_str(name if seconds is None else f"{name} done", refresh=True)
         if self.first:
             step = self.bar.n + 1
-            tqdm.write(f"step {step}: {name} ..." if seconds is None else f"step {step}: {name} done in {seconds:.1f} s")
+            tqdm.write(f"step {step}: {name} ..." if seconds is None
+                       else f"step {step}: {name} done in {seconds:.1f} s")
 
     def step_done(self) -> None:
         self.first = False
