@@ -64,14 +64,14 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
         print(f"reasonrl: run complete at step {done_at} (a verified checkpoint in "
               f"{cfg.trainer.output_dir}/checkpoints); raise trainer.total_steps to continue", flush=True)
         return 0
-    print_header(cfg, notes, plan)
     from reasonrl.doctor import check_requirements
 
-    problems = check_requirements(cfg)
+    problems = check_requirements(cfg)  # before the config table, so the error is the last thing printed
     if problems:
         for p in problems:
-            print(f"reasonrl: missing requirement: {p}", file=sys.stderr)
-        return 3
+            print(f"reasonrl: {'error' if p.bad_input else 'missing requirement'}: {p}", file=sys.stderr)
+        return 2 if any(p.bad_input for p in problems) else 3
+    print_header(cfg, notes, plan)
     from reasonrl.controller.ray_head import stop_local_head
 
     try:

@@ -152,3 +152,31 @@ def test_train_refuses_late_failing_settings_before_anything_starts(tmp_path, ca
     import ray
 
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("data.train_files=[{tmp}/no_such_train.parquet]", "error: data.train_files: {tmp}/no_such_train.parquet does not "
+                                                       "exist"),
+    ("model.path={tmp}/no_such_model", "error: model.path: {tmp}/no_such_model does not exist"),
+    ("trainer.logger=[console,tensorbord]", "error: trainer.logger: unknown logger 'tensorbord'"),
+])
+def test_a_path_or_name_that_is_not_there_exits_2_before_the_config_table(tmp_path, capsys, arg, words):
+    from reasonrl.train import main
+
+    status = main(["rollout.engine=hf", f"trainer.output_dir={tmp_path / 'run'}", arg.format(tmp=tmp_path)])
+    out = capsys.readouterr()
+    assert status == 2  # bad input, as every other bad input (not 3: a missing component)
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"reasonrl: {words.format(tmp=tmp_path)}. Fix: "), err
+    assert "effective config" not in out.out  # the error is not buried above the config table
+
+
+@pytest.mark.parametrize("arg, words", [("task=gms8k", "unknown task 'gms8k' (did you mean 'gsm8k'?)"),
+                                        ("algorithm=grop", "unknown algorithm 'grop' (did you mean 'grpo'?)"),
+                                        ("task=zzz", "unknown task 'zzz'; known:")])
+def test_a_misspelled_task_or_algorithm_gets_a_suggestion(capsys, arg, words):
+    from reasonrl.train import main
+
+    assert main([arg]) == 2
+    err = capsys.readouterr().err
+    assert words in err and ("did you mean" in words or "did you mean" not in err), err

@@ -137,6 +137,15 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
         assert r["weight_sync/logprob_diff_max"] < 5e-3, r
     # The rollout log-probs came from vLLM, the old log-probs from the FSDP actor, after the same sync.
     assert rows[1]["rollout/logprob_diff_mean"] < 5e-3
+    # A quiet console (trainer.verbose=false): vLLM's and Ray's lines are in libraries.log, not on the console, which
+    # says what each wait is (the workers' start, each phase of the first step, its own line per step).
+    libraries, console = (out / "libraries.log").read_text(), proc.stdout + proc.stderr
+    assert "Loading weights took" in libraries and "Loading weights took" not in console  # vLLM's engine start
+    assert "(ActorRolloutRefWorker pid=" not in console and "Token authentication" not in console
+    assert "ParallelLMHead" not in libraries  # expected for tied embeddings, dropped (see vllm_engine)
+    assert "reasonrl: starting 1 worker(s) on cpu: loading the model and starting the rollout engine ..." in proc.stdout
+    assert "step 1: rollout ..." in proc.stdout and "step 1: update_actor done in" in proc.stdout
+    assert "step 2: rollout" not in proc.stdout and not (out / "stacks").exists()
 
 
 def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, tiny_policy, data_dir):

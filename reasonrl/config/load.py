@@ -6,6 +6,7 @@ naming the key, before anything loads. A key given twice takes the last value, `
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -61,6 +62,13 @@ def _merge(base, layer: Dict[str, Any], what: str):
         raise ConfigError(f"{what}: {_describe(exc)}") from None
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'gsm8k'?)`` for the known name closest to a misspelled ``name``; empty when none is close
+    (the same suggestion OmegaConf makes for a misspelled key)."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _describe(exc: Exception) -> str:
     """An OmegaConf error as one line, naming the key."""
     key = getattr(exc, "full_key", None)
@@ -79,9 +87,11 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
     task = ([v for k, v in pairs if k == "task"] or ["gsm8k"])[-1]  # the last one given wins, as for dotted keys
     algorithm = ([v for k, v in pairs if k == "algorithm"] or [None])[-1]
     if task not in TASK_PRESETS:
-        raise ConfigError(f"config key 'task': unknown task {task!r}; known: {', '.join(sorted(TASK_PRESETS))}")
+        raise ConfigError(f"config key 'task': unknown task {task!r}{did_you_mean(task, TASK_PRESETS)}; "
+                          f"known: {', '.join(sorted(TASK_PRESETS))}")
     if algorithm is not None and algorithm not in ALGORITHM_PRESETS:
-        raise ConfigError(f"config key 'algorithm': unknown algorithm {algorithm!r}; "
+        raise ConfigError(f"config key 'algorithm': unknown algorithm {algorithm!r}"
+                          f"{did_you_mean(algorithm, ALGORITHM_PRESETS)}; "
                           f"known: {', '.join(sorted(ALGORITHM_PRESETS))} (or set algorithm.<field>=...)")
     user = [(k, v) for k, v in pairs if k not in ("task", "algorithm")]
     if any(k == "algorithm.kl_estimator" for k, _ in user):

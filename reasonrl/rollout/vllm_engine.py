@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from reasonrl.config.device_defaults import enforce_eager_for  # noqa: E402
 from reasonrl.config.schema import RolloutConfig  # noqa: E402
+from reasonrl.models.loader import ties_word_embeddings  # noqa: E402
 from reasonrl.rollout import vllm_compat  # noqa: E402
 from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
@@ -39,13 +40,21 @@ GIB = 1 << 30
 LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 
-class _ParameterlessLayerFilter(logging.Filter):
-    """Drop vLLM's "RotaryEmbedding: Failed to load weights" on every reload: the rotary cache is a
-    computed buffer that no checkpoint carries, and vLLM puts the old one back, which is right."""
+class _ReloadNoiseFilter(logging.Filter):
+    """Drop vLLM's "<layer>: Failed to load weights" on every reload where it is expected: for the rotary
+    embedding (a computed buffer that no checkpoint carries; vLLM puts the old one back, which is right) and, for a
+    model with tied word embeddings, for the output head (``ParallelLMHead``: it shares the embedding's weight and
+    has none of its own in a checkpoint; vLLM puts back the shared tensor, which the reload updated in place, and on
+    CPU ``vllm_compat`` re-ties it. tests/test_vllm_engine.py::test_sync_reaches_the_tied_output_head checks that
+    the head scores with the new embedding after a sync)."""
+
+    def __init__(self, tied_head: bool) -> None:
+        super().__init__()
+        self.layers = ("Rotary", "ParallelLMHead") if tied_head else ("Rotary",)
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.msg == "%s: Failed to load weights" and record.args
-                    and "Rotary" in str(record.args[0]))
+                    and any(layer in str(record.args[0]) for layer in self.layers))
 
 
 def tensor_parallel_kwargs(size: int) -> dict:
@@ -114,8 +123,8 @@ class VLLMRolloutEngine:
         if self.on_cpu and cfg.tensor_parallel_size > 1:
             self.llm.collective_rpc(vllm_compat.worker_unlink_cpu_shm)
         layerwise_log = logging.getLogger(LAYERWISE_LOGGER)
-        if not any(isinstance(f, _ParameterlessLayerFilter) for f in layerwise_log.filters):
-            layerwise_log.addFilter(_ParameterlessLayerFilter())
+        if not any(isinstance(f, _ReloadNoiseFilter) for f in layerwise_log.filters):
+            layerwise_log.addFilter(_ReloadNoiseFilter(ties_word_embeddings(model_path)))
 
     # ------------------------------------------------------------------ generation
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from reasonrl.config import Config, to_dict
+from reasonrl.logging import library_output
+
+from .progress import timed
 
 
 @dataclass
@@ -37,6 +40,12 @@ def default_workers():
     return ActorRolloutRefWorker, CriticWorker, RolloutWorker
 
 
+def workers_up_what(plan) -> str:
+    """What starting the worker groups does, for the line printed before and after it."""
+    engine = "the rollout engine" if plan.world_size == 1 else "the rollout engines"
+    return f"starting {plan.world_size} worker(s) on {plan.device}: loading the model and starting {engine}"
+
+
 class RayBackend:
     """Worker groups as Ray actors, placed by ``controller.placement`` (``trainer.ray_address``: the cluster).
     ``own_session``: a local cluster's processes in a session of their own (``controller.ray_head``; the CLI's
@@ -56,14 +65,16 @@ class RayBackend:
         from reasonrl.controller.layout import check_layout
         from reasonrl.controller.placement import node_capacities
 
-        with startup("ray_start"):
+        with startup("ray_start"), timed("starting Ray" if cfg.trainer.ray_address in (None, "local")
+                                         else f"joining the Ray cluster at {cfg.trainer.ray_address}"):
             start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
+            library_output.after_ray_start()  # the workers' lines to libraries.log (trainer.verbose=false)
         layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
         print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
-        with startup("workers_up"):  # models loaded and engines started (engine_start is part of it)
+        with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks), layout=layout)
             groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
@@ -95,7 +106,7 @@ class InProcessBackend(RayBackend):
                              f"actor ranks, engines of {plan.engine_ranks} and {plan.rollout_workers} rollout workers")
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers(),
                   "num_threads": self.num_threads}
-        with startup("workers_up"):
+        with startup("workers_up"), timed(workers_up_what(plan)):
             groups = Groups(InProcessGroup(self.actor_worker, kwargs))
             groups.actor_info = groups.actor.info()
             if plan.use_critic:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -12,18 +12,25 @@ from reasonrl.data.sample import TOOL_STATS, columns
 
 
 class PhaseTimer:
-    """``with timer("rollout"): ...`` adds the seconds to ``timing_s/rollout``."""
+    """``with timer("rollout"): ...`` adds the seconds to ``timing_s/rollout``. ``on_phase(phase, None)`` is called as
+    a phase starts and ``on_phase(phase, seconds)`` as it ends (the console's progress, ``progress.StepProgress``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_phase: Optional[Callable[[str, Optional[float]], None]] = None) -> None:
         self.seconds: Dict[str, float] = {}
+        self.on_phase = on_phase
 
     @contextmanager
     def __call__(self, phase: str):
+        if self.on_phase is not None:
+            self.on_phase(phase, None)
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            took = time.perf_counter() - start
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + took
+            if self.on_phase is not None:
+                self.on_phase(phase, took)
 
     def metrics(self) -> Dict[str, float]:
         return {f"timing_s/{k}": v for k, v in self.seconds.items()}

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from tqdm import tqdm
 
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
                                  make_kl_controller, overlong_penalty)
@@ -28,6 +27,7 @@ from reasonrl.data.sample import Round, Sample, collate_samples
 from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
+from reasonrl.logging import library_output
 from reasonrl.memory import resolve_run_budgets
 from reasonrl.memory.auto import auto_budget_keys
 from reasonrl.memory.auto import host_memory_bytes
@@ -40,6 +40,7 @@ from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_
                        verdict_mask, without_failed)
 from .metrics import (PhaseTimer, data_levels, level_of, policy_metrics, round_level_metrics, round_metrics,
                       startup_metrics, val_level_metrics)
+from .progress import StepProgress, validation_bar
 from .run_plan import (RunPlan, check_context_length, check_lora_targets, check_memory_plan, model_config_json,
                        slowest_rank)
 from .sources import make_source
@@ -66,6 +67,7 @@ class Trainer:
         self.run_dir = Path(cfg.trainer.output_dir)
         self.resume_from = self._choose_checkpoint()  # before anything is written or loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        library_output.install(str(self.run_dir), cfg.trainer.verbose)  # the libraries' output to libraries.log
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
             check_context_length(cfg, model_context_length(self.model_path))
@@ -92,6 +94,7 @@ class Trainer:
             self.round_curriculum: Dict[str, float] = {}
             self.train_levels = data_levels([p.row for p in self.train_data.prompts])  # per-level metrics when 2+
         self.val_data: Optional[PromptDataset] = None
+        self.progress: Optional[StepProgress] = None  # the training bar, while fit runs
         self.step = 0
         self.skipped_steps = SkippedStepGuard(cfg.trainer.max_skipped_steps)
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl, cfg.algorithm.kl_coef, cfg.algorithm.kl_target,
@@ -170,7 +173,7 @@ class Trainer:
             self._stop = stop
             if t.val_before_train and self.step == 0:
                 self.logger.log(self.validate(), 0)
-            bar = tqdm(total=t.total_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
+            self.progress = StepProgress(t.total_steps, self.step)  # the bar; a line per phase on the first step
             try:
                 while self.step < t.total_steps and not stop.requested:
                     fault_point("step.begin")
@@ -182,12 +185,12 @@ class Trainer:
                     if t.val_every and self.step % t.val_every == 0:
                         metrics.update(self.validate())
                     self.logger.log(metrics, self.step)
-                    bar.update(1)
+                    self.progress.step_done()
                     if (t.save_every and self.step % t.save_every == 0) or self.step == t.total_steps \
                             or stop.requested:
                         self.save()
             finally:
-                bar.close()
+                self.progress.close()
             self.interrupted = stop.requested and self.step < t.total_steps
 
     @property
@@ -197,7 +200,7 @@ class Trainer:
 
     def train_step(self) -> Dict[str, Any]:
         cfg, alg = self.cfg, self.cfg.algorithm
-        timer = PhaseTimer()
+        timer = PhaseTimer(self.progress.phase if self.progress is not None else None)
         with timer("step"):
             rnd, metrics = self.take_round(timer)
             samples, results = rnd.samples, rnd.results
@@ -360,11 +363,14 @@ class Trainer:
                                           cfg.data.system_prompt, limit=cfg.data.val_limit)
         results, rows = [], []
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
-        for start in range(0, len(self.val_data), chunk):
-            prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
-            samples = self.source.generate_verified(prompts, self.plan.validation_sampling)
-            results += [s.result for s in samples]
-            rows += [s.prompt.row for s in samples]
+        with validation_bar(len(self.val_data)) as bar:
+            for start in range(0, len(self.val_data), chunk):
+                prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
+                samples = self.source.generate_verified(prompts, self.plan.validation_sampling)
+                results += [s.result for s in samples]
+                rows += [s.prompt.row for s in samples]
+                bar.set_postfix_str(f"acc {sum(bool(r.correct) for r in results) / len(results):.3f}", refresh=False)
+                bar.update(len(prompts))
         judged = [r for r in results if not r.failed]
         out = {"val/failed": float(len(results) - len(judged)), **val_level_metrics(rows, results)}
         if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
@@ -392,3 +398,4 @@ class Trainer:
         self.workers.shutdown()
         if self.critic is not None:
             self.critic.shutdown()
+        library_output.uninstall()
