@@ -29,8 +29,7 @@ from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.logging import library_output
 from reasonrl.memory import resolve_run_budgets
-from reasonrl.memory.auto import auto_budget_keys
-from reasonrl.memory.auto import host_memory_bytes
+from reasonrl.memory.auto import auto_budget_keys, host_memory_bytes
 from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
