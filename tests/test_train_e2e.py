@@ -149,10 +149,9 @@ def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, ti
     ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample).
     The command's ``main`` runs in this process (``InProcessBackend``): routing rows is the loop's own work, and the
     tests above start Ray."""
+    from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
     from reasonrl.train import main
     from reasonrl.trainer.backends import InProcessBackend
-
-    from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
 
     math_rows = read_rows(task_files("gsm8k", "train")[0])[:2]
     code_rows = read_rows(str(prepare("mbpp", "train", data_dir, tmp_path / "prepared")))[:2]
