@@ -317,14 +317,16 @@ def _kill_sandbox(proc: subprocess.Popen) -> Tuple[int, float]:
 _USABLE: Optional[Tuple[bool, str]] = None
 
 
-def bwrap_usable() -> Tuple[bool, str]:
-    """Whether the bwrap backend works here (checked once per process by running ``true`` in a sandbox)."""
+def bwrap_usable(timeout_s: float = 10.0) -> Tuple[bool, str]:
+    """Whether the bwrap backend works here (checked once per process, by the first call: ``exit 7`` run in a sandbox
+    that may take ``timeout_s``)."""
     global _USABLE
     if _USABLE is None:
         try:
             box = BwrapSandbox()
-            res = box.run({}, ["/bin/sh", "-c", "exit 7"], Limits(timeout_s=10))
-            _USABLE = (res.exit_code == 7, f"probe exited {res.exit_code}: {res.stderr[:200]}")
+            res = box.run({}, ["/bin/sh", "-c", "exit 7"], Limits(timeout_s=timeout_s))
+            late = f" (timed out after {timeout_s:g} s)" if res.timed_out else ""
+            _USABLE = (res.exit_code == 7, f"probe exited {res.exit_code}{late}: {res.stderr[:200]}")
         except (SandboxError, OSError) as exc:
             _USABLE = (False, str(exc))
     return _USABLE

@@ -288,11 +288,12 @@ def remove_stale_containers(client) -> int:
     return removed
 
 
-def docker_usable() -> tuple:
-    """Whether the docker daemon answers and the sandbox image exists (no container is started)."""
+def docker_usable(timeout_s: float = 10.0) -> tuple:
+    """Whether the docker daemon answers within ``timeout_s`` and the sandbox image exists (no container is
+    started)."""
     try:
         import docker
-        client = docker.from_env(timeout=10)
+        client = docker.from_env(timeout=timeout_s)
         client.ping()
         client.images.get(image_tag())
         return True, "ok"

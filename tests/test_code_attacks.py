@@ -12,16 +12,14 @@ import socket
 import stat
 
 import pytest
+from components import needs_bwrap, needs_docker
 
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.verifiers import get_verifier
 from sandbox_leftovers import leftover_sandbox_processes
 
 BACKENDS = [
-    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
-    pytest.param("docker", marks=pytest.mark.skipif(not docker_usable()[0],
-                                                     reason=f"Docker daemon or image unavailable: {docker_usable()[1]}")),
+    pytest.param("bwrap", marks=needs_bwrap()),
+    pytest.param("docker", marks=needs_docker()),
 ]
 ADD = {"tests": ["assert add(1, 2) == 3", "assert add(2, 5) == 7", "assert add(-1, 4) == 3"], "test_imports": []}
 TOKEN = secrets.token_hex(8)

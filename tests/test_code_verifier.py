@@ -7,17 +7,15 @@ import multiprocessing
 import pickle
 
 import pytest
+from components import bwrap_ready, docker_ready, needs, needs_bwrap, needs_docker
 
 from reasonrl.datasets import humaneval, mbpp
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.verifiers import get_verifier
 from reasonrl.verifiers.code import extract_program, parse_ground_truth
 
 BACKENDS = [
-    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
-    pytest.param("docker", marks=pytest.mark.skipif(not docker_usable()[0],
-                                                     reason=f"Docker daemon or image unavailable: {docker_usable()[1]}")),
+    pytest.param("bwrap", marks=needs_bwrap()),
+    pytest.param("docker", marks=needs_docker()),
 ]
 ADD_TESTS = {"tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"], "test_imports": []}
 
@@ -214,7 +212,8 @@ def test_verifier_works_in_a_spawned_worker_process(backend):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (bwrap_usable()[0] or docker_usable()[0]), reason="neither bwrap nor docker is usable here")
+@needs("a code sandbox (bwrap or Docker)", bwrap_ready()[0] or docker_ready()[0],
+       f"bwrap: {bwrap_ready()[1]}; Docker: {docker_ready()[1]}")
 def test_every_reference_solution_passes(mbpp_rows, mbpp_reference, humaneval_data):
     """All 427 MBPP + 164 HumanEval references on the default backend (about a minute on 2 cores)."""
     problems, he_rows = humaneval_data

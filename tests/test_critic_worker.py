@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import critic_batch, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
+from helpers import critic_batch, make_critic_worker, make_tiny_causal_lm
 
 
 @pytest.fixture(scope="module")
@@ -114,20 +114,23 @@ def test_real_smollm2_critic_learns(model_path):
 
 
 @pytest.mark.slow
-def test_ppo_and_dapo_through_the_trainer(tmp_path, model_path):
+def test_ppo_with_dynamic_sampling_through_the_trainer(tmp_path, tiny_policy):
     """The real command with Ray, 2 ranks: PPO builds the critic group, logs its metrics, honours the critic warm-up,
-    checkpoints into critic/ and resumes from it; DAPO logs its dynamic-sampling counts."""
+    checkpoints into critic/ and resumes from it; DAPO's dynamic sampling (on in the same runs) logs its counts and
+    keeps a number of groups the 2 ranks divide. (One run for both: each run starts Ray and 2 ranks, the dearest
+    part; the in-process step of DAPO's own preset is tests/test_combinations.py's.)"""
     import json
     import subprocess
     import sys
 
     from reasonrl.datasets import prepare
 
-    policy = make_tiny_policy(tmp_path / "tiny", model_path)
     train_file, val_file = prepare("arith", "train", out_dir=tmp_path), prepare("arith", "test", out_dir=tmp_path)
-    common = ["task=arith", f"model.path={policy}", "rollout.engine=hf", "trainer.num_workers=2",
+    common = ["task=arith", f"model.path={tiny_policy}", "rollout.engine=hf", "trainer.num_workers=2",
               "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8", "reward.workers=1",
-              f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", "trainer.logger=[jsonl]"]
+              f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", "trainer.logger=[jsonl]",
+              "algorithm=ppo", "algorithm.dynamic_sampling=true", "algorithm.overlong_buffer=4",
+              "algorithm.max_resample_rounds=1"]
 
     def train(*args):
         proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *common, *args], capture_output=True,
@@ -139,23 +142,17 @@ def test_ppo_and_dapo_through_the_trainer(tmp_path, model_path):
         return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
     run = tmp_path / "ppo"
-    train("algorithm=ppo", "critic.warmup_steps=1", "trainer.total_steps=2", "trainer.save_every=1",
-          f"trainer.output_dir={run}")
+    train("critic.warmup_steps=1", "trainer.total_steps=2", "trainer.save_every=1", f"trainer.output_dir={run}")
     first, second = rows(run)
     for r in (first, second):
         for key in ("critic/value_loss", "critic/vf_clip_frac", "critic/explained_variance", "critic/grad_norm",
                     "timing_s/values", "timing_s/update_critic"):
             assert key in r, key
+        assert 1 <= r["dynamic_sampling/rounds"] <= 2  # at most one extra round
+        assert r["dynamic_sampling/groups_kept"] % 2 == 0  # divisible by the 2 ranks
     assert "timing_s/update_actor" not in first and "actor/pg_loss" not in first  # warm-up: critic only
     assert "timing_s/update_actor" in second
     ckpt = run / "checkpoints" / "step_000002" / "critic"
     assert (ckpt / "value_head.safetensors").exists() and (ckpt / "critic_optim.pt").exists()
-    proc = train("algorithm=ppo", "trainer.total_steps=3", f"trainer.output_dir={run}")
+    proc = train("trainer.total_steps=3", f"trainer.output_dir={run}")
     assert "resumed from" in proc.stdout and [r["step"] for r in rows(run)][-1] == 3
-
-    run = tmp_path / "dapo"
-    train("algorithm=dapo", "algorithm.overlong_buffer=4", "algorithm.max_resample_rounds=1", "trainer.total_steps=1",
-          f"trainer.output_dir={run}")
-    (r,) = rows(run)
-    assert 1 <= r["dynamic_sampling/rounds"] <= 2  # at most one extra round
-    assert r["dynamic_sampling/groups_kept"] % 2 == 0  # divisible by the 2 ranks

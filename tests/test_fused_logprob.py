@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from components import require
 
 from reasonrl.models.forward import fused_lm_head, response_log_probs
 from reasonrl.models.fused_logprob import linear_log_probs
@@ -183,7 +184,7 @@ def test_compiled_decoder_layers_give_the_same_log_probs():
             got, _ = response_log_probs(model, ids, mask, pos, resp)
     except Exception as exc:  # noqa: BLE001 - inductor needs a working C++ toolchain
         if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
-            pytest.skip(f"torch.compile (inductor) does not work on this machine: {exc!r}"[:300])
+            require("torch.compile (inductor, with a C++ compiler)", False, f"{exc!r}"[:300])
         raise
     assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran compiled
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

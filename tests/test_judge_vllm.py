@@ -15,9 +15,9 @@ import time
 import urllib.request
 
 import pytest
+from components import needs_vllm
 
-pytest.importorskip("vllm")
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, needs_vllm()]
 
 from helpers import free_port, make_reward_model  # noqa: E402
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from components import needs
 
 from reasonrl.verifiers.lean_repl import (LeanRepl, ReplConfig, ReplCrashed, ReplError, ReplNotFound,
                                           ReplOutOfMemory, ReplPool, ReplTimeout, _process_tree, bwrap_repl_command,
@@ -176,7 +177,7 @@ def test_process_tree_lists_descendants(repls):
 
 
 @pytest.mark.bwrap
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@needs("bubblewrap", shutil.which("bwrap") is not None, "bwrap is not on PATH (run .ci/setup_sandboxes.sh)")
 def test_repl_runs_inside_bubblewrap(repls, tmp_path):
     venv_root = Path(sys.executable).resolve().parents[1]
     command = bwrap_repl_command(standin(), ro_paths=[str(Path(STANDIN).parent), str(venv_root),

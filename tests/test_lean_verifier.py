@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from components import needs
 
 from reasonrl.verifiers import get_verifier
 from reasonrl.verifiers.lean_checks import (assemble, disallowed_axioms, extract_proof, find_cheats,
@@ -366,7 +367,7 @@ def test_minif2f_missing_inputs_raise_clear_errors(tmp_path):
 # Real Lean (only where a REPL is installed)
 # ----------------------------------------------------------------------------------------------------
 REAL_REPL = shutil.which("repl") or shutil.which("lake") or os.environ.get("REASONRL_LEAN_REPL")
-needs_lean = pytest.mark.skipif(not REAL_REPL, reason="no Lean REPL on PATH (`repl`/`lake`/REASONRL_LEAN_REPL): "
+needs_lean = needs("a Lean REPL", bool(REAL_REPL), "no Lean REPL on PATH (`repl`/`lake`/REASONRL_LEAN_REPL): "
                                                       "real Lean checking cannot run on this machine")
 CORE_STATEMENT = "theorem add_comm' (a b : Nat) : a + b = b + a := by"
 

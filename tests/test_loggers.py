@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from components import require_module
 
 from reasonrl.config import ConfigError
 from reasonrl.logging import RunLogger, make_logger
@@ -32,7 +33,8 @@ def test_console_line_shows_the_key_numbers(tmp_path, capsys):
 
 
 def test_jsonl_writes_one_object_per_step_and_samples(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     logger = make_logger(["jsonl"], str(tmp_path / "run"), {"a": 1}, "p", "e")
     logger.log(METRICS, step=1)
     logger.log({"reward/mean": torch.tensor(0.75), "actor/kl": float("nan"), "note": "x"}, step=2)
@@ -66,7 +68,7 @@ def test_names_may_come_as_a_comma_string_and_repeat(tmp_path):
 
 
 def test_tensorboard_writes_scalars_and_sample_text(tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install tensorboard)")
+    require_module("tensorboard", "tensorboard (the dev extra)")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logger = make_logger(["tensorboard"], str(tmp_path), {"trainer": {"seed": 1}}, "p", "e")
@@ -89,7 +91,7 @@ def test_tensorboard_writes_scalars_and_sample_text(tmp_path):
 
 
 def test_wandb_offline_without_key(tmp_path, monkeypatch):
-    pytest.importorskip("wandb", reason="wandb is not installed (optional: pip install wandb)")
+    require_module("wandb", "wandb (the dev extra)")
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, so no key

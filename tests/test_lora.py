@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from components import VLLM, require, vllm_ready
 from helpers import free_port, tiny_sharp_lm
 
 from reasonrl.config import ConfigError, load_config
@@ -283,7 +284,7 @@ def test_checkpoint_holds_adapter_and_merged_model_and_resume_is_exact(trained, 
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_engine_serves_the_synced_adapter(model_path):
-    pytest.importorskip("vllm")
+    require(VLLM, *vllm_ready())
     worker = make_worker(model_path, "rollout.engine=vllm", "rollout.kv_cache_gb=0.2", "data.max_prompt_length=64",
                          "rollout.max_new_tokens=16", "eval.max_new_tokens=16")
     try:

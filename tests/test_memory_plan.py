@@ -3,18 +3,15 @@ SmolLM2, the activation rule against a real decoder layer's saved tensors, and r
 benchmarks/results/ (each phase's predicted peak within 15% of the recorded one)."""
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from memory_runs import QWEN_1P5B, QWEN_7B, RESULTS, config, step_config
 
-from reasonrl.config import load_config
 from reasonrl.memory import (GIB, ModelShape, Placement, fit_suggestions, largest_fitting_token_budget,
                                   plan_memory, render_plan)
-
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 # A tiny Llama: h=8, i=16, L=2, 2 heads of 4, 1 KV head (kv width 4), V=32, tied embeddings.
 TINY = dict(model_type="llama", hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -22,19 +19,7 @@ TINY = dict(model_type="llama", hidden_size=8, intermediate_size=16, num_hidden_
 # Per layer: q 8x8=64, o 8x8=64, k 8x4=32, v 8x4=32, gate/up/down 3x8x16=384, two norms 2x8=16 -> 592.
 # Root: embedding 32x8=256 + final norm 8 = 264.  P = 2 x 592 + 264 = 1448.
 TINY_PARAMS = 1448
-
-# Qwen/Qwen2.5-1.5B-Instruct's architecture numbers, copied from benchmarks/gpu_grpo_step.py's SHAPES table (the
-# random-weight model every H200 run in benchmarks/results/ used); model_type qwen2: q/k/v carry biases.
-QWEN_1P5B = dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                 num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                 tie_word_embeddings=True)
 H200_BYTES = 139.80072021484375 * GIB  # device_total_gib recorded by the runs
-
-
-def config(*overrides: str, cuda: bool = True):
-    cfg, _ = load_config(["trainer.profile=none", f"trainer.device={'cuda' if cuda else 'cpu'}",
-                          "rollout.engine=vllm", *overrides], cuda_available=cuda)
-    return cfg
 
 
 # ------------------------------------------------------------------ parameter count
@@ -254,32 +239,8 @@ def replace_ref_dtype(cfg, dtype):
     return dataclasses.replace(cfg, ref=dataclasses.replace(cfg.ref, param_dtype=dtype))
 
 
-def _step_config(args, ref_param_dtype="float32", adamw_impl="foreach"):
-    """The config gpu_grpo_step.py built (its config_overrides), from the JSON's recorded args. The reference's dtype:
-    the JSON's ``ref_param_dtype`` (runs before the tenth session held it in fp32); AdamW's implementation: the
-    JSON's ``adamw_impl`` (runs before the eleventh session ran torch's default on CUDA, foreach)."""
-    overrides = [f"ref.param_dtype={ref_param_dtype}", f"actor.adamw_impl={adamw_impl}", "model.dtype=bfloat16",
-                 f"model.gradient_checkpointing={args['gradient_checkpointing']}",
-                 f"data.train_batch_size={args['prompts']}", f"data.max_prompt_length={args['prompt_len']}",
-                 f"rollout.tensor_parallel_size={args.get('tp', 1)}", f"rollout.n={args['n']}",
-                 f"rollout.max_new_tokens={args['response_len']}",
-                 f"rollout.gpu_memory_utilization={args['gpu_memory_utilization']}", "rollout.free_cache_engine=true",
-                 f"actor.micro_batch_size_per_worker={args['micro_batch']}",
-                 f"actor.ppo_mini_batch_size={args['mini_batch']}", "algorithm.use_kl_loss=true",
-                 f"actor.use_packing={args.get('packing', 'false')}",
-                 f"actor.max_tokens_per_micro_batch={args.get('max_tokens_per_micro_batch', 0)}",
-                 *ast.literal_eval(args.get("set", "[]"))]
-    return config(*overrides)
-
-
 STEP_PHASES = {"rollout": "rollout", "log_probs": "old_log_probs", "reference": "ref_log_probs",
                "update": "update_actor", "weight_sync": "weight_sync"}
-
-
-# Qwen/Qwen2.5-7B-Instruct's numbers (reasonrl/bench/shapes.py's SHAPES): untied embeddings.
-QWEN_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
-               tie_word_embeddings=False)
 
 
 def _freed_by_sleep_gib(run) -> float:
@@ -306,7 +267,7 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
     recorded = run["mean"]["peak_allocated_gib"]
     old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
     shape = QWEN_7B if args.get("shape") == "qwen2.5-7b" else QWEN_1P5B
-    plan = plan_memory(_step_config(args, run.get("ref_param_dtype", "float32"), run.get("adamw_impl", "foreach")),
+    plan = plan_memory(step_config(args, run.get("ref_param_dtype", "float32"), run.get("adamw_impl", "foreach")),
                        shape, H200_BYTES,
                        Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
@@ -530,7 +491,7 @@ def test_the_plan_refuses_the_7b_update_that_ran_out_of_device_memory_in_the_ada
     + 1 GiB of CUDA context, over the 139.8 GiB device."""
     run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
     assert "_foreach_sqrt" in run["error"] and "CUDA out of memory" in run["error"]
-    plan = plan_memory(_step_config(run["args"], run["ref_param_dtype"]), QWEN_7B, H200_BYTES, Placement())
+    plan = plan_memory(step_config(run["args"], run["ref_param_dtype"]), QWEN_7B, H200_BYTES, Placement())
     update = plan.phase("update")
     assert update.terms["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] == 4 * 7615616512
     assert not any(k.startswith("activations") for k in update.terms)
@@ -544,7 +505,7 @@ def test_the_same_7b_update_fits_with_the_fused_or_for_loop_adamw_step():
     which fits the 139.8 GiB device."""
     run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
     for impl in ("fused", "for_loop"):
-        update = plan_memory(_step_config(run["args"], run["ref_param_dtype"], impl), QWEN_7B, H200_BYTES,
+        update = plan_memory(step_config(run["args"], run["ref_param_dtype"], impl), QWEN_7B, H200_BYTES,
                              Placement()).phase("update")
         assert not any(k.startswith("AdamW step") for k in update.terms), impl
         assert update.allocated / GIB == pytest.approx(127.9, abs=0.1) and update.fits, impl

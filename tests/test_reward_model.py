@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from components import needs
 from helpers import make_reward_model
 
 from reasonrl.rewards.reward_model import RewardModelWorker, to_score
@@ -27,7 +28,7 @@ def test_sigmoid_and_raw_scores():
     assert to_score(math.log(3), "sigmoid") == pytest.approx(0.75)  # 1 / (1 + 1/3)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@needs("a machine without CUDA", not torch.cuda.is_available(), "the test checks the refusal where CUDA is missing")
 def test_a_gpu_pool_without_cuda_refuses_instead_of_falling_back_to_cpu(tmp_path):
     with pytest.raises(RuntimeError, match="has GPUs but CUDA is not available.*refusing to run the reward model on "
                                            "the CPU"):

@@ -7,13 +7,13 @@ import socket
 import threading
 
 import pytest
+from components import needs_bwrap
 
 from reasonrl.sandboxes import Limits, SandboxError, get_sandbox
-from reasonrl.sandboxes.bwrap import BwrapSandbox, bwrap_usable
+from reasonrl.sandboxes.bwrap import BwrapSandbox
 from sandbox_leftovers import leftover_sandbox_processes
 
-ok, why = bwrap_usable()
-pytestmark = pytest.mark.skipif(not ok, reason=f"bwrap backend unusable here: {why} (run .ci/setup_sandboxes.sh)")
+pytestmark = needs_bwrap()
 
 
 @pytest.fixture(scope="module")

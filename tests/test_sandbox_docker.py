@@ -6,13 +6,12 @@ import socket
 import threading
 
 import pytest
+from components import needs_docker
 
 from reasonrl.sandboxes import Limits
-from reasonrl.sandboxes.docker_pool import DockerSandbox, docker_usable
+from reasonrl.sandboxes.docker_pool import DockerSandbox
 
-ok, why = docker_usable()
-pytestmark = pytest.mark.skipif(not ok, reason=f"Docker daemon or sandbox image unavailable: {why} "
-                                               f"(run .ci/setup_sandboxes.sh)")
+pytestmark = needs_docker()
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,15 @@ import json
 import os
 
 import pytest
+from components import needs, needs_bwrap, needs_docker
 
 from reasonrl.sandboxes import Limits, get_sandbox
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 
 BACKENDS = [
     pytest.param("bwrap", marks=[pytest.mark.bwrap,
-                                 pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap: {bwrap_usable()[1]}")]),
+                                 needs_bwrap()]),
     pytest.param("docker", marks=[pytest.mark.docker,
-                                  pytest.mark.skipif(not docker_usable()[0], reason=f"docker: {docker_usable()[1]}")]),
+                                  needs_docker()]),
 ]
 MiB = 1 << 20
 LIMITS = Limits(timeout_s=20, cpu_s=20, memory_mb=512, shm_mb=32, tmpfs_mb=32)
@@ -175,7 +174,7 @@ MEMORY_PROBE = ("import json\nfor p in %r:\n    try:\n        print(json.dumps(i
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(not docker_usable()[0], reason=f"docker: {docker_usable()[1]}")
+@needs_docker()
 def test_docker_memory_of_a_run_is_charged_to_it_and_freed_after_it(boxes):
     """A 300 MiB System V segment kept attached by a background process, and 24 MiB of /dev/shm files: while the
     run holds them the container's memory cgroup is charged for them; the next run finds the charge gone."""
@@ -232,8 +231,8 @@ print(len(open("/proc/sysvipc/shm").read().splitlines()) - 1, "segments")
 
 
 @pytest.mark.bwrap
-@pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap: {bwrap_usable()[1]}")
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 and the 32-bit int 0x80 ABI exist on x86_64 only")
+@needs_bwrap()
+@needs("an x86_64 CPU", os.uname().machine == "x86_64", "x32 and the 32-bit int 0x80 ABI exist on x86_64 only")
 def test_bwrap_system_v_ipc_has_no_door_through_another_abi(boxes):
     res = boxes("bwrap").run({"main.py": OTHER_ABIS}, ["python3", "main.py"], LIMITS)
     lines = res.stdout.splitlines()

@@ -7,18 +7,17 @@ Docker runs with one warm container here, so the two sessions' calls share it, o
 from __future__ import annotations
 
 import pytest
+from components import needs_bwrap, needs_docker
 
 from reasonrl.config.schema import ToolConfig
 from reasonrl.sandboxes import Limits
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.tools import make_tool
 
 BACKENDS = [
     pytest.param("bwrap", marks=[pytest.mark.bwrap,
-                                 pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap: {bwrap_usable()[1]}")]),
+                                 needs_bwrap()]),
     pytest.param("docker", marks=[pytest.mark.docker,
-                                  pytest.mark.skipif(not docker_usable()[0], reason=f"docker: {docker_usable()[1]}")]),
+                                  needs_docker()]),
 ]
 
 LEAVE_A_NOTE = ("import os\nopen('/dev/shm/note', 'w').write('from a')\n"

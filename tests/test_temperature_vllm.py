@@ -14,15 +14,15 @@ import os
 
 import pytest
 import torch
+from components import needs_vllm
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-pytest.importorskip("vllm")
 
 from reasonrl.data.collate import collate_rollout  # noqa: E402
 from reasonrl.models.forward import micro_batch_log_probs, training_temperature  # noqa: E402
 from reasonrl.rollout.base import SamplingParams  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, needs_vllm()]
 
 SYNC_TOL = 1e-2  # the weight-sync check's tolerance (tests/test_vllm_engine.py)
 TOKENS = 16

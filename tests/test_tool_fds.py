@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from components import needs_bwrap, needs_docker
 
 from reasonrl.config.schema import ToolConfig
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.tools import make_tool
 from reasonrl.tools.python import shared_bwrap_sandbox
 
@@ -28,9 +27,8 @@ def open_fds():
 
 
 @pytest.mark.parametrize("backend", [
-    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
-    pytest.param("docker", marks=pytest.mark.skipif(not docker_usable()[0],
-                                                     reason=f"Docker daemon or image unavailable: {docker_usable()[1]}")),
+    pytest.param("bwrap", marks=needs_bwrap()),
+    pytest.param("docker", marks=needs_docker()),
 ])
 def test_fd_count_stays_flat_over_hundreds_of_sessions(backend):
     def without_locks(fds):

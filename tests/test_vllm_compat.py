@@ -6,13 +6,13 @@ import os
 
 import pytest
 import torch
+from components import needs_vllm
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-pytest.importorskip("vllm")
 
 from reasonrl.rollout import vllm_compat  # noqa: E402
 
-pytestmark = pytest.mark.vllm  # the tests that start an LLM are marked slow one by one
+pytestmark = [pytest.mark.vllm, needs_vllm()]  # the tests that start an LLM are marked slow one by one
 MAX_LEN = 256
 
 

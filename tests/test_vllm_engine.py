@@ -10,9 +10,9 @@ import os
 
 import pytest
 import torch
+from components import needs_vllm
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-pytest.importorskip("vllm")
 
 from reasonrl.rollout.base import SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import (  # noqa: E402
@@ -22,7 +22,7 @@ from reasonrl.rollout.weight_sync import (  # noqa: E402
     sequence_logprobs_check,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, needs_vllm()]
 
 FP32_TOL = 2e-3  # same weights, both float32: only kernel-order noise
 SYNC_TOL = 1e-2  # "bf16 tolerance" for a synced engine vs the actor
