@@ -26,7 +26,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test's wo
 def local_ray():
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING",
+    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",  # a cluster of its own
              runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
                                        "TOKENIZERS_PARALLELISM": "false"}})
     try:

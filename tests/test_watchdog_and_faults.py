@@ -93,3 +93,16 @@ def test_pause_fault_point_needs_its_release_file_and_returns_once_it_exists(mon
     held.join(30)
     assert not held.is_alive()
     assert "fault point step.begin#2: pause" in capsys.readouterr().out
+
+
+def test_the_local_heads_record_as_the_machines_current_cluster_is_forgotten(tmp_path):
+    """``ray start`` records its head in ``ray_current_cluster``, which a bare ``ray.init()`` elsewhere on the machine
+    joins (a later test's or a user's script, long after the run's head stopped); the head removes that record when it
+    names its own port, and leaves another cluster's alone."""
+    from reasonrl.controller.ray_head import forget_current_cluster
+
+    record = tmp_path / "ray_current_cluster"
+    record.write_text("192.0.2.2:44327")
+    assert not forget_current_cluster(4432, str(record)) and record.exists()  # another port: not ours
+    assert forget_current_cluster(44327, str(record)) and not record.exists()
+    assert not forget_current_cluster(44327, str(record))  # nothing left to remove

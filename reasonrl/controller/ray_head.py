@@ -55,6 +55,7 @@ class LocalHead:
         if not self._started.wait(START_TIMEOUT_S) or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("the local Ray head did not start:\n" + "".join(self.lines[-30:]))
+        forget_current_cluster(self.port)
 
     def _read(self) -> None:
         """Keep ``ray start``'s output (the pipe must be drained while it runs); set ``_started`` when it says so, or
@@ -84,6 +85,26 @@ class LocalHead:
             os.killpg(self.pid, signal.SIGKILL)  # anything of its session still about (a worker that outlived it)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def forget_current_cluster(port: int, address_file: Optional[str] = None) -> bool:
+    """Remove Ray's record of this machine's latest cluster (``ray_current_cluster``, which a bare ``ray.init()``
+    elsewhere on the machine would join, and which ``ray start`` leaves behind when its head is stopped by a signal)
+    when it names this head's ``port``; the driver connects by address and never reads it. True when removed."""
+    if address_file is None:
+        try:
+            from ray._common.utils import get_ray_address_file
+        except ImportError:
+            return False
+        address_file = get_ray_address_file(None)
+    try:
+        with open(address_file) as f:
+            if not f.read().strip().endswith(f":{port}"):
+                return False
+        os.remove(address_file)
+    except OSError:
+        return False
+    return True
 
 
 def _term_on_parent_death() -> None:
