@@ -284,3 +284,35 @@ def test_time_budget_option_is_checked():
     assert get_verifier("math", time_budget_s=0).time_budget_s is None
     with pytest.raises(ValueError, match="time_budget_s"):
         get_verifier("math", time_budget_s=-1)
+
+
+def test_a_swallowed_raise_off_the_main_thread_is_raised_again():
+    """An asynchronous raise can land where Python swallows it (a weakref callback during garbage collection: the
+    fresh-clone CI of 2026-12-04 saw the slow comparison above run 66 s to a plain score that way). The watchdog raises
+    again until the block ends: here the block swallows the first raise itself and must still be stopped."""
+    from reasonrl.verifiers.math_budget import TooComplex, time_budget
+
+    outcome = {"swallowed": 0}
+
+    def work():
+        deadline = time.monotonic() + 30  # without a second raise the block would run to here
+        try:
+            with time_budget(0.2):
+                while time.monotonic() < deadline:
+                    try:
+                        while time.monotonic() < deadline:
+                            sum(range(100))
+                    except TooComplex:
+                        outcome["swallowed"] += 1
+                        if outcome["swallowed"] > 1:
+                            raise
+        except TooComplex as exc:
+            outcome["stopped"] = str(exc)
+        outcome["seconds_left"] = deadline - time.monotonic()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert outcome["swallowed"] == 2 and outcome["stopped"] == "verification ran past its 0.2 s time budget"
+    assert outcome["seconds_left"] > 20  # stopped about 0.05 s after the first raise, not at the 30 s deadline

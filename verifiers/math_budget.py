@@ -186,8 +186,9 @@ class time_budget:  # noqa: N801  (used like a function: ``with time_budget(5): 
 
     In the main thread, when SIGALRM is free, an interval timer whose handler raises (and fires again every
     ``_TIMER_REFIRE_S`` in case one raise is swallowed); it never raises inside ``__exit__``, which disarms
-    first. Elsewhere a watchdog thread waits for the deadline and then, once, makes the budgeted thread raise
-    (``PyThreadState_SetAsyncExc``); ``__exit__`` cancels it, or a raise it already requested. Neither costs
+    first. Elsewhere a watchdog thread waits for the deadline and then makes the budgeted thread raise
+    (``PyThreadState_SetAsyncExc``), again every ``_TIMER_REFIRE_S`` until the block ends; ``__exit__`` cancels it,
+    or a raise it already requested. Neither costs
     anything while the work runs. Pure-Python work is interrupted between bytecodes; a single long C call (a
     huge integer power) is not, which is what ``check_expression`` is for.
     """
@@ -240,12 +241,16 @@ class time_budget:  # noqa: N801  (used like a function: ``with time_budget(5): 
             raise TooComplex(self._message())
 
     def _watch(self) -> None:
-        if self._done.wait(self.seconds):
-            return
-        with self._lock:
-            if self.armed:
+        wait = self.seconds
+        while not self._done.wait(wait):
+            with self._lock:
+                if not self.armed:
+                    return
                 self._fired = True
                 _raise_in_thread(self._thread_id, _Expired)
+            # Again every _TIMER_REFIRE_S, as the timer does: an asynchronous raise that lands where Python swallows
+            # it (a weakref callback run by the garbage collector, a __del__) would otherwise leave the work unbounded.
+            wait = _TIMER_REFIRE_S
 
 
 _EXIT_CODE = time_budget.__exit__.__code__
