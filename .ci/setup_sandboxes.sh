@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares this (Debian, root) machine for reasonrl's sandboxes. Idempotent: a second run only checks.
 #   1. apt-get installs docker.io, bubblewrap, debootstrap, tini where missing, and chromium (the headless browser
-#      tests/test_view.py drives);
+#      tests/unit/view/test_view.py drives);
 #   2. starts dockerd (--iptables=false --ip-forward=false --bridge=none) in the background unless one answers;
 #   3. creates the unprivileged users (reasonrl-sbx0..15) that the bwrap backend runs untrusted code as;
 #   4. builds the sandbox root filesystem with debootstrap and imports it as the docker image

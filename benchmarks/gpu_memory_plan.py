@@ -4,7 +4,7 @@
 
 gpu_update_mfu.py's worker and batch (Qwen2.5-1.5B shape, world size 1, bf16, hf engine, no reference, 64 rows of
 256 + 1024 tokens); per case a warm-up pass and update, then one update and one old-log-prob pass, each with
-torch.cuda.max_memory_allocated. The Config is built directly (no load_config). tests/test_memory_plan.py compares
+torch.cuda.max_memory_allocated. The Config is built directly (no load_config). tests/unit/memory/test_memory_plan.py compares
 results/gpu_memory_plan.json (this file's output on the H200) with the plan.
 """
 import gc

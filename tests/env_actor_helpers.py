@@ -1,4 +1,4 @@
-"""Environments for tests/test_env_actors.py, in a module of their own so the environment actors (other processes,
+"""Environments for tests/unit/envs/test_env_actors.py, in a module of their own so the environment actors (other processes,
 on another Ray node) can import them: ``where`` reports the process and Ray node it runs in, ``die`` ends that
 process, ``hang`` never returns. Imports only reasonrl.envs (no torch)."""
 from __future__ import annotations

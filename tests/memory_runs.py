@@ -1,5 +1,5 @@
 """The recorded H200 runs (benchmarks/results/) and the model shapes they used, with the configs their scripts built:
-shared by the device plan's tests (tests/test_memory_plan.py) and the host plan's (tests/test_host_memory.py)."""
+shared by the device plan's tests (tests/unit/memory/test_memory_plan.py) and the host plan's (tests/unit/memory/test_host_memory.py)."""
 from __future__ import annotations
 
 import ast

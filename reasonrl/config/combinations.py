@@ -2,7 +2,7 @@
 
 Each rule names both keys and the reason. ``RunPlan.build`` runs them before Ray or a model starts, and
 ``load_config`` runs them as it validates, so a user hears of an unsupported combination at once. The combination
-matrix (``tests/test_combinations.py``) enumerates mode x tools x tensor-parallel x packing x critic x dynamic sampling
+matrix (``tests/unit/config/test_combinations.py``) enumerates mode x tools x tensor-parallel x packing x critic x dynamic sampling
 x streaming against these rules.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def combination_problems(cfg) -> List[Problem]:
     if r.check_weight_sync:
         out.append(("rollout.check_weight_sync",
                     "is for the colocated engine; with trainer.mode=async the rollout/logprob_diff_* metrics (TIS) and "
-                    "tests/test_async.py check the transferred weights"))
+                    "tests/e2e/test_async.py check the transferred weights"))
     if alg.adv_estimator == "gae":
         out.append(("trainer.mode", "async is not supported with the PPO critic (algorithm.adv_estimator=gae) yet"))
     if alg.dynamic_sampling:

@@ -1,5 +1,5 @@
 """The allowed interval of every numeric config field (``load_config`` rejects a value outside it, naming the key,
-before anything loads). A new numeric field in ``schema.py`` needs its entry here (``tests/test_config.py`` checks)."""
+before anything loads). A new numeric field in ``schema.py`` needs its entry here (``tests/unit/config/test_config.py`` checks)."""
 from __future__ import annotations
 
 from typing import Dict

@@ -166,7 +166,7 @@ class ActorConfig:
     """Padding-free micro-batches: the valid tokens of a micro-batch go through the model as one packed row with
     per-sequence position ids (block-diagonal attention), no [rows x max_len] padding. One switch for every
     teacher-forced pass: old log-probs, reference log-probs, the actor update, and the critic's values and update.
-    Same log-probs as the padded path (tests/test_packing.py, tests/test_varlen_attention.py). None (auto): on when
+    Same log-probs as the padded path (tests/unit/data/test_packing.py, tests/unit/models/test_varlen_attention.py). None (auto): on when
     ``model.attn_implementation`` runs variable-length kernels (varlen, the GPU's default, or flash_attention_2/3/4),
     off with sdpa or eager (the CPU's default), whose packed attention is a dense mask over the whole packed row
     (docs/performance.md)."""

@@ -95,7 +95,7 @@ class ModelShape:
         RMSNorms keep their float32 input (2 x 4h); six h-wide tensors in dt (each norm's normalised input and
         output, the attention's query and output), 5 kv (keys, values), four i-wide ones of the MLP (gate, SiLU(gate),
         up, their product: 8i at bf16) and the attention's float32 log-sum-exp per head. Counted on the real
-        transformers layer with saved-tensor hooks in tests/test_memory_plan.py."""
+        transformers layer with saved-tensor hooks in tests/unit/memory/test_memory_plan.py."""
         h, kv, i = self.hidden_size, self.kv_width, self.intermediate_size
         return 8 * h + (12 * h + 5 * kv + 8 * i) * dt / 2 + 4 * self.num_heads
 
@@ -127,5 +127,5 @@ class ModelShape:
         """How LoRA changes a layer's saved activations per token (``activation_bytes_per_token_layer``): B's input,
         A x (r in dt), is saved per adapted projection; the two RMSNorms' normalised inputs (2 h dt), saved only for
         the norms' own weight gradients, are not (LoRA freezes the norms). A's input is the projection's input, which
-        the layer saves anyway (peft's dropout 0 is the identity). Counted with peft in tests/test_memory_plan.py."""
+        the layer saves anyway (peft's dropout 0 is the identity). Counted with peft in tests/unit/memory/test_memory_plan.py."""
         return len(self.lora_targets(target_modules)) * rank * dt - 2 * self.hidden_size * dt

@@ -45,7 +45,7 @@ class _ReloadNoiseFilter(logging.Filter):
     embedding (a computed buffer that no checkpoint carries; vLLM puts the old one back, which is right) and, for a
     model with tied word embeddings, for the output head (``ParallelLMHead``: it shares the embedding's weight and
     has none of its own in a checkpoint; vLLM puts back the shared tensor, which the reload updated in place, and on
-    CPU ``vllm_compat`` re-ties it. tests/test_vllm_engine.py::test_sync_reaches_the_tied_output_head checks that
+    CPU ``vllm_compat`` re-ties it. tests/e2e/test_vllm_engine.py::test_sync_reaches_the_tied_output_head checks that
     the head scores with the new embedding after a sync)."""
 
     def __init__(self, tied_head: bool) -> None:
