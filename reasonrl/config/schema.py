@@ -255,7 +255,7 @@ class RewardConfig:
     """A remote reward endpoint (``reward.remote.url=...``; keys and contract: docs/rewards.md)."""
     source_options: Dict[str, Any] = field(default_factory=dict)
     """Settings per plugin reward source name, which also turn it on: e.g. ``reward.source_options={length:
-    {target: 200}}`` (``{}`` for one without settings; docs/rewards.md)."""
+    {unit: 200}}`` (``{}`` for one without settings; docs/rewards.md)."""
 
 
 @dataclass
