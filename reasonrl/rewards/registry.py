@@ -17,7 +17,7 @@ import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 from reasonrl.config.reward_sources_schema import SectionError, build_section
-from reasonrl.registry import Registry
+from reasonrl.registry import Registry, named_subclass
 
 __all__ = ["DEFAULT_SOURCE", "ENTRY_POINT_GROUP", "REWARD_SOURCES", "RewardSource", "check_source_weights",
            "ordered_sources", "read_sources", "register_reward_source"]
@@ -110,15 +110,8 @@ def _lookup(obj: Any, path: List[str]) -> Any:
     return obj
 
 
-def _check_source(name: str, cls: Any) -> Type[RewardSource]:
-    if not (isinstance(cls, type) and issubclass(cls, RewardSource)):
-        raise TypeError(f"@register_reward_source({name!r}) needs a RewardSource subclass, got {cls!r}")
-    cls.name = name
-    return cls
-
-
 REWARD_SOURCES = Registry("reward source", config_key="reward.sources or a row's reward_model.style/sources",
-                          entry_point_group=ENTRY_POINT_GROUP, check=_check_source,
+                          entry_point_group=ENTRY_POINT_GROUP, check=named_subclass(RewardSource, "register_reward_source"),
                           builtins=("reasonrl.rewards.rule", "reasonrl.rewards.reward_model", "reasonrl.rewards.judge",
                                     "reasonrl.rewards.remote"))
 """Registered reward-source classes by name."""
