@@ -114,6 +114,8 @@ def test_the_installed_source_is_found_and_its_settings_checked(length_source):
         config("reward.sources={length: 1}", "reward.source_options={length: {unit: 0}}")
     with pytest.raises(ConfigError, match=r"'reward.source_options.length.units': unknown key; known: unit"):
         config("reward.source_options={length: {units: 4}}")
+    with pytest.raises(ConfigError, match=r"'reward.source_options.length': must be a mapping of settings, got 4"):
+        config("reward.source_options={length: 4}")
     # a row with the rule verifiers and the plugin: the weighted sum, the verifier's verdict (worked by hand)
     right, short = VerifyResult(1.0, True, {"reason": "correct"}), VerifyResult(0.25, False, {"reason": "length"})
     mixed = combine({"length": 0.5, "rule": 0.5}, {"rule": right, "length": short})

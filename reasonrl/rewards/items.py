@@ -3,9 +3,9 @@ verifier, the ground truth and the extras (shared by training and evaluation).
 
 Which sources score a row (``sources_for``): ``reward.sources`` when the user sets it (forces them for every row),
 else the row's ``reward_model.sources`` (``{source: weight}``), else its ``reward_model.style`` (``rule``, ``model``,
-``judge``, ``remote`` or a plugin's source, registry.py: that source alone), else ``rule``. A ``RewardItem`` is the VerifierPool's 4-tuple
-``(verifier, response, ground_truth, extra)`` that also carries the row and the source weights, so the pool and the
-router take the same items.
+``judge``, ``remote`` or a plugin's source, registry.py: that source alone), else ``rule``. A ``RewardItem`` is the
+VerifierPool's 4-tuple ``(verifier, response, ground_truth, extra)`` that also carries the row and the source weights,
+so the pool and the router take the same items.
 """
 from __future__ import annotations
 

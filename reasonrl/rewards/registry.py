@@ -62,12 +62,12 @@ class RewardSource:
         if key is None:
             return None, True
         raw = _lookup(reward, key.split(".")[1:])
+        if raw is not None and not isinstance(raw, Mapping):
+            raise SectionError(key, f"must be a mapping of settings, got {raw!r}")
         if cls.schema is None:
             if raw:
                 raise SectionError(key, f"the reward source {cls.name!r} takes no settings, got {dict(raw)}")
             return None, raw is not None
-        if raw is not None and not isinstance(raw, Mapping):
-            raise SectionError(key, f"must be a mapping of settings, got {raw!r}")
         settings = build_section(cls.schema, raw, key)
         on = bool(getattr(settings, cls.switch)) if cls.switch else raw is not None
         return settings, on
@@ -111,7 +111,8 @@ def _lookup(obj: Any, path: List[str]) -> Any:
 
 
 REWARD_SOURCES = Registry("reward source", config_key="reward.sources or a row's reward_model.style/sources",
-                          entry_point_group=ENTRY_POINT_GROUP, check=named_subclass(RewardSource, "register_reward_source"),
+                          entry_point_group=ENTRY_POINT_GROUP,
+                          check=named_subclass(RewardSource, "register_reward_source"),
                           builtins=("reasonrl.rewards.rule", "reasonrl.rewards.reward_model", "reasonrl.rewards.judge",
                                     "reasonrl.rewards.remote"))
 """Registered reward-source classes by name."""

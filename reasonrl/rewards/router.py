@@ -6,9 +6,9 @@ endpoint, a plugin's — then combines them per row.
 Combination (a row with several sources, ``RewardItem.sources`` = ``{source: weight}``): the score is
 ``sum(weight * source score)``; ``correct`` is the verdict of the source that ``decides_correct`` (the rule
 verifiers) when the row has it, else whether every source counted it correct; ``info["sources"]`` holds each
-source's score and reason. When any of the
-row's sources fails, the row fails (no verdict), its reason naming the source: a partial sum would be a different
-reward scale, and a failure is never a 0. A row with one source gets that source's result unchanged.
+source's score and reason. When any of the row's sources fails, the row fails (no verdict), its reason naming the
+source: a partial sum would be a different reward scale, and a failure is never a 0. A row with one source gets that
+source's result unchanged.
 """
 from __future__ import annotations
 
