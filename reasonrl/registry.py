@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
-__all__ = ["Registry", "UnknownName"]
+__all__ = ["Registry", "UnknownName", "named_subclass"]
 
 
 class UnknownName(KeyError, ValueError):
@@ -148,6 +148,17 @@ class Registry(Mapping):
         if self.entry_point_group:
             msg += f". Third-party ones register through the {self.entry_point_group!r} entry-point group"
         return msg + "."
+
+
+def named_subclass(base: type, decorator: str, article: str = "a") -> Callable[[str, Any], Any]:
+    """A registry's ``check`` for classes of one kind: ``obj`` must subclass ``base`` (TypeError naming
+    ``@<decorator>(name)`` otherwise), and gets ``name`` as its ``name`` attribute."""
+    def check(name: str, obj: Any) -> Any:
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise TypeError(f"@{decorator}({name!r}) needs {article} {base.__name__} subclass, got {obj!r}")
+        obj.name = name
+        return obj
+    return check
 
 
 def _same_definition(a: Any, b: Any) -> bool:

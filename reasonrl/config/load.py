@@ -16,7 +16,6 @@ from .presets import ALGORITHM_PRESETS, CPU_PROFILE, LAPTOP_PROFILE, MODE_PRESET
 from .env_schema import check_env_config
 from .lora_schema import validate_lora
 from .ranges import FIELD_RANGES
-from .reward_sources_schema import validate_reward_sources
 from .schema import Config
 from .token_budget import validate_token_budgets
 from .worker_plan import ADAMW_IMPLS
@@ -180,7 +179,9 @@ def validate(cfg: Config) -> None:
     need(len(low_high) == 2 and all(math.isfinite(x) for x in low_high) and low_high[0] < low_high[1],
          "reward.score_range", f"must be two finite numbers [low, high] with low < high, got {low_high}")
     _validate_curriculum(cfg, need)
-    validate_reward_sources(cfg, need)  # reward.model / judge / remote / sources (reward_sources_schema.py)
+    from reasonrl.rewards.registry import validate_reward_sources  # the registered sources, plugins included
+
+    validate_reward_sources(cfg, need)  # each source's settings, reward.source_options, reward.sources
     validate_placement(cfg, need)  # the placement section's shape (placement_schema.py)
     validate_lora(cfg, need)
     for k in cfg.eval.k:

@@ -1,25 +1,21 @@
-"""The reward sources beyond the rule verifiers: ``reward.model`` (a reward model on its own pool), ``reward.judge``
-(an LLM judge behind an OpenAI-compatible endpoint) and ``reward.remote`` (a user's scoring service).
+"""The settings of the shipped reward sources beyond the rule verifiers: ``reward.model`` (a reward model on its own
+pool), ``reward.judge`` (an LLM judge behind an OpenAI-compatible endpoint) and ``reward.remote`` (a user's scoring
+service).
 
 In ``schema.py`` each is one dict field of ``RewardConfig`` (so the generated reference keeps one row per key); this
-module holds their typed form, one docstring per field, and their checks. ``reward_sources(reward)`` turns the dicts
-into these dataclasses; an unknown key, a bad value, a template without the response slot or a URL that is not
-http(s) raises ``SectionError`` naming the key (``load.validate`` reports it as a ConfigError, before anything
-loads). docs/rewards.md describes every field.
+module holds their typed form, one docstring per field, and their checks (each dataclass's ``check(key)``). Each
+source's class (rewards/registry.py) names its dataclass; ``build_section`` turns a dict into it: an unknown key, a
+bad value, a template without the response slot or a URL that is not http(s) raises ``SectionError`` naming the key
+(``load.validate`` reports it as a ConfigError, before anything loads). docs/rewards.md describes every field.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import string
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import urlsplit
-
-SOURCES = ("rule", "model", "judge", "remote")
-"""The reward sources a row can use: ``rule`` (the verifier pool), ``model`` (``reward.model``), ``judge``
-(``reward.judge``), ``remote`` (``reward.remote``)."""
 
 TEMPLATE_SLOTS = ("prompt", "response", "ground_truth")
 """The slots a judge template may use; ``{response}`` is required."""
@@ -64,6 +60,19 @@ class EndpointConfig:
     correct_above: float = 0.5
     """A score at or above this counts as correct (accuracy, pass@k) when the answer does not say itself."""
 
+    def check(self, key: str) -> None:
+        """SectionError naming the key: a URL that is not http(s) or carries credentials."""
+        if self.url is not None:
+            check_url(self.url, f"{key}.url")
+
+    def check_environment(self, key: str, environ: Mapping[str, str]) -> None:
+        """The ``api_key_env`` variable is set and non-empty in ``environ`` (checked before anything starts, for a
+        source that is on); SectionError naming the key and the variable, never a value."""
+        if self.api_key_env and not environ.get(self.api_key_env):
+            raise SectionError(f"{key}.api_key_env", f"names the environment variable {self.api_key_env}, which is "
+                                                     f"not set (or is empty): export it before starting, or drop the "
+                                                     f"key for an endpoint that needs no token")
+
 
 @dataclass
 class JudgeConfig(EndpointConfig):
@@ -92,6 +101,20 @@ class JudgeConfig(EndpointConfig):
     """parser=logprob: how many of the first token's most likely tokens the endpoint returns."""
     temperature: float = 0.0
     """The judge's sampling temperature (0: greedy, so the same answer gets the same score)."""
+
+    def check(self, key: str) -> None:
+        """The endpoint's checks, the template's slots, the parser, its scale and verdicts, and the model name."""
+        super().check(key)
+        if self.template is not None:
+            check_template(self.template, f"{key}.template")
+        if self.parser not in ("scale", "verdict", "logprob"):
+            raise SectionError(f"{key}.parser", f"must be scale, verdict or logprob, got {self.parser!r}")
+        if len(self.scale) != 2 or not self.scale[0] < self.scale[1]:
+            raise SectionError(f"{key}.scale", f"must be [low, high] with low < high, got {list(self.scale)}")
+        if not self.verdicts or not all(isinstance(k, str) and k.strip() for k in self.verdicts):
+            raise SectionError(f"{key}.verdicts", f"must map verdict words to scores, got {dict(self.verdicts)}")
+        if self.url and not self.model:
+            raise SectionError(f"{key}.model", "must name the model the endpoint serves (the request's 'model')")
 
 
 @dataclass
@@ -124,19 +147,12 @@ class RewardModelConfig:
     correct_above: float = 0.5
     """A score at or above this counts as correct (accuracy, pass@k)."""
 
-
-@dataclass
-class RewardSources:
-    """The three sections, typed."""
-
-    model: RewardModelConfig
-    judge: JudgeConfig
-    remote: RemoteRewardConfig
-
-    def configured(self) -> Dict[str, bool]:
-        """Which sources are on: rule always, the others when their model path or URL is set."""
-        return {"rule": True, "model": bool(self.model.path), "judge": bool(self.judge.url),
-                "remote": bool(self.remote.url)}
+    def check(self, key: str) -> None:
+        """The transform and the dtype are known ones."""
+        if self.transform not in ("sigmoid", "raw"):
+            raise SectionError(f"{key}.transform", f"must be sigmoid or raw, got {self.transform!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise SectionError(f"{key}.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
 
 
 _POSITIVE = {"concurrency", "timeout_s", "batch_size", "max_length", "max_tokens", "top_logprobs", "max_backoff_s",
@@ -144,8 +160,10 @@ _POSITIVE = {"concurrency", "timeout_s", "batch_size", "max_length", "max_tokens
 _NON_NEGATIVE = {"retries", "backoff_s", "temperature"}
 
 
-def _build(cls, values: Optional[Mapping[str, Any]], prefix: str):
-    """``cls`` from a dict, with an error naming the first unknown key or number out of range."""
+def build_section(cls, values: Optional[Mapping[str, Any]], prefix: str):
+    """``cls`` from a dict (``prefix``: its config key), with an error naming the first unknown key or number out of
+    range (a positive count or duration, a non-negative retry count, backoff or temperature), then the dataclass's
+    own ``check(prefix)`` when it has one."""
     names = {f.name: f for f in dataclasses.fields(cls)}
     values = dict(values or {})
     for key in values:
@@ -159,6 +177,9 @@ def _build(cls, values: Optional[Mapping[str, Any]], prefix: str):
         if not math.isfinite(value) or (name in _POSITIVE and value <= 0) or (name in _NON_NEGATIVE and value < 0):
             raise SectionError(f"{prefix}.{name}", f"{value} is out of range; allowed: "
                                                    f"{'> 0' if name in _POSITIVE else '>= 0'}")
+    check = getattr(built, "check", None)
+    if check is not None:
+        check(prefix)
     return built
 
 
@@ -192,90 +213,3 @@ def check_template(template: Any, key: str) -> None:
         raise SectionError(key, "has no {response} slot: the judge would never see the response it grades")
 
 
-def _check_endpoint(cfg: EndpointConfig, prefix: str) -> None:
-    if cfg.url is not None:
-        check_url(cfg.url, f"{prefix}.url")
-
-
-def reward_sources(reward: Any) -> RewardSources:
-    """The typed ``reward.model``, ``reward.judge`` and ``reward.remote`` of a RewardConfig (SectionError naming the
-    key on bad input)."""
-    model = _build(RewardModelConfig, reward.model, "reward.model")
-    if model.transform not in ("sigmoid", "raw"):
-        raise SectionError("reward.model.transform", f"must be sigmoid or raw, got {model.transform!r}")
-    if model.dtype not in ("float32", "bfloat16", "float16"):
-        raise SectionError("reward.model.dtype", f"must be float32, bfloat16 or float16, got {model.dtype!r}")
-    judge = _build(JudgeConfig, reward.judge, "reward.judge")
-    _check_endpoint(judge, "reward.judge")
-    if judge.template is not None:
-        check_template(judge.template, "reward.judge.template")
-    if judge.parser not in ("scale", "verdict", "logprob"):
-        raise SectionError("reward.judge.parser", f"must be scale, verdict or logprob, got {judge.parser!r}")
-    if len(judge.scale) != 2 or not judge.scale[0] < judge.scale[1]:
-        raise SectionError("reward.judge.scale", f"must be [low, high] with low < high, got {list(judge.scale)}")
-    if not judge.verdicts or not all(isinstance(k, str) and k.strip() for k in judge.verdicts):
-        raise SectionError("reward.judge.verdicts", f"must map verdict words to scores, got {dict(judge.verdicts)}")
-    if judge.url and not judge.model:
-        raise SectionError("reward.judge.model", "must name the model the endpoint serves (the request's 'model')")
-    remote = _build(RemoteRewardConfig, reward.remote, "reward.remote")
-    _check_endpoint(remote, "reward.remote")
-    return RewardSources(model, judge, remote)
-
-
-def check_source_weights(weights: Any, where: str) -> Dict[str, float]:
-    """A ``{source: weight}`` mapping: known sources, finite weights >= 0, not all 0 (entries that are None are
-    dropped: a Parquet struct holds every key of every row). ValueError naming ``where``."""
-    if not isinstance(weights, Mapping):
-        raise ValueError(f"{where} must map sources to weights, e.g. {{rule: 0.5, model: 0.5}}; got {weights!r}")
-    out: Dict[str, float] = {}
-    for name, weight in weights.items():
-        if weight is None:
-            continue
-        if name not in SOURCES:
-            raise ValueError(f"{where} names the unknown source {name!r}; known: {', '.join(SOURCES)}")
-        try:
-            weight = float(weight)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: the weight of {name!r} is {weight!r}, not a number") from None
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"{where}: the weight of {name!r} must be a finite number >= 0, got {weight}")
-        out[str(name)] = weight
-    if not out or not any(out.values()):
-        raise ValueError(f"{where} must give at least one source a weight > 0, got {dict(weights)}")
-    return out
-
-
-def check_api_keys(sources: RewardSources, environ: Mapping[str, str] = os.environ) -> None:
-    """Each HTTP source that is on and names an ``api_key_env`` finds that variable set and non-empty in
-    ``environ``; else SectionError naming the key and the variable (never a value), before anything starts."""
-    for name, endpoint in (("judge", sources.judge), ("remote", sources.remote)):
-        if endpoint.url and endpoint.api_key_env and not environ.get(endpoint.api_key_env):
-            raise SectionError(f"reward.{name}.api_key_env", f"names the environment variable "
-                                                             f"{endpoint.api_key_env}, which is not set (or is empty): "
-                                                             f"export it before starting, or drop the key for an "
-                                                             f"endpoint that needs no token")
-
-
-def validate_reward_sources(cfg: Any, need) -> None:
-    """``load.validate``'s hook: the three sections, their API-key variables and ``reward.sources``
-    (``need(ok, key, message)`` reports)."""
-    try:
-        sources = reward_sources(cfg.reward)
-        check_api_keys(sources)
-    except SectionError as exc:
-        need(False, exc.key, exc.message)
-        return
-    if cfg.reward.sources:
-        try:
-            weights = check_source_weights(cfg.reward.sources, "reward.sources")
-        except ValueError as exc:
-            need(False, "reward.sources", str(exc).removeprefix("reward.sources "))
-            return
-        on = sources.configured()
-        for name in weights:
-            need(on[name], "reward.sources", f"uses {name!r}, which is not configured "
-                                             f"({_SETTING[name]} is not set)")
-
-
-_SETTING = {"model": "reward.model.path", "judge": "reward.judge.url", "remote": "reward.remote.url", "rule": ""}
-"""The setting that turns each source on."""

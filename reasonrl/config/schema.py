@@ -244,14 +244,18 @@ class RewardConfig:
     verifier_options: Dict[str, Any] = field(default_factory=dict)
     """Options per verifier name, passed to its class: e.g. ``reward.verifier_options={code: {sandbox: bwrap}}``."""
     sources: Dict[str, float] = field(default_factory=dict)
-    """Force every row's reward sources and weights, e.g. ``{rule: 0.5, model: 0.5}`` (rule, model, judge, remote;
-    the score is the weighted sum). Empty: each row's ``reward_model.sources`` or ``style`` (docs/rewards.md)."""
+    """Force every row's reward sources and weights, e.g. ``{rule: 0.5, model: 0.5}`` (rule, model, judge, remote or
+    a plugin's source; the score is the weighted sum). Empty: each row's ``reward_model.sources`` or ``style``
+    (docs/rewards.md)."""
     model: Dict[str, Any] = field(default_factory=dict)
     """The reward model (``reward.model.path=...``; keys: docs/rewards.md, config/reward_sources_schema.py)."""
     judge: Dict[str, Any] = field(default_factory=dict)
     """The LLM judge endpoint (``reward.judge.url=...``; keys: docs/rewards.md, config/reward_sources_schema.py)."""
     remote: Dict[str, Any] = field(default_factory=dict)
     """A remote reward endpoint (``reward.remote.url=...``; keys and contract: docs/rewards.md)."""
+    source_options: Dict[str, Any] = field(default_factory=dict)
+    """Settings per plugin reward source name, which also turn it on: e.g. ``reward.source_options={length:
+    {unit: 200}}`` (``{}`` for one without settings; docs/rewards.md)."""
 
 
 @dataclass

@@ -2,25 +2,18 @@
 first lookup) and third-party ones from the ``reasonrl.environments`` entry-point group (``reasonrl.registry``)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Type
+from typing import Callable, Type
 
-from reasonrl.registry import Registry
+from reasonrl.registry import Registry, named_subclass
 
 from .base import EnvContext, Environment
 
 ENTRY_POINT_GROUP = "reasonrl.environments"
 
 
-def _check_environment(name: str, cls: Any) -> Type[Environment]:
-    if not (isinstance(cls, type) and issubclass(cls, Environment)):
-        raise TypeError(f"@register_environment({name!r}) needs an Environment subclass, got {cls!r}")
-    cls.name = name
-    return cls
-
-
 ENVIRONMENTS = Registry("environment", config_key="a row's environment column or env.default",
                         entry_point_group=ENTRY_POINT_GROUP, builtins=("reasonrl.envs.builtins",),
-                        check=_check_environment)
+                        check=named_subclass(Environment, "register_environment", "an"))
 """Registered environment classes by name (a dataset row's ``environment`` column)."""
 
 

@@ -3,21 +3,18 @@ verifier, the ground truth and the extras (shared by training and evaluation).
 
 Which sources score a row (``sources_for``): ``reward.sources`` when the user sets it (forces them for every row),
 else the row's ``reward_model.sources`` (``{source: weight}``), else its ``reward_model.style`` (``rule``, ``model``,
-``judge`` or ``remote``: that source alone), else ``rule``. A ``RewardItem`` is the VerifierPool's 4-tuple
-``(verifier, response, ground_truth, extra)`` that also carries the row and the source weights, so the pool and the
-router take the same items.
+``judge``, ``remote`` or a plugin's source, registry.py: that source alone), else ``rule``. A ``RewardItem`` is the
+VerifierPool's 4-tuple ``(verifier, response, ground_truth, extra)`` that also carries the row and the source weights,
+so the pool and the router take the same items.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from reasonrl.config.reward_sources_schema import SOURCES, check_source_weights, reward_sources
 from reasonrl.config.schema import RewardConfig
 from reasonrl.config.tasks import verifier_for_data_source
 
-SOURCE_LABELS = {"model": "reward_model", "judge": "judge", "remote": "remote"}
-"""The name under which each non-rule source is logged (``reward/<label>/...``); a rule source is logged under its
-verifier's name."""
+from .registry import DEFAULT_SOURCE, REWARD_SOURCES, check_source_weights, ordered_sources, read_sources
 
 
 class RewardItem(tuple):
@@ -31,7 +28,7 @@ class RewardItem(tuple):
                 row: Optional[Dict[str, Any]] = None, sources: Optional[Dict[str, float]] = None) -> "RewardItem":
         item = super().__new__(cls, (verifier, response, ground_truth, extra))
         item.row = dict(row or {})
-        item.sources = dict(sources or {"rule": 1.0})
+        item.sources = dict(sources or {DEFAULT_SOURCE: 1.0})
         return item
 
     def __reduce__(self):
@@ -66,25 +63,25 @@ def sources_for(row: Dict[str, Any], reward: RewardConfig) -> Dict[str, float]:
         return check_source_weights(reward.sources, "reward.sources")
     spec = row.get("reward_model") or {}
     if not isinstance(spec, Mapping):
-        return {"rule": 1.0}
+        return {DEFAULT_SOURCE: 1.0}
     if spec.get("sources") is not None:
         return check_source_weights(spec["sources"], "the row's reward_model.sources")
-    style = spec.get("style") or "rule"
-    if style not in SOURCES:
-        raise ValueError(f"the row's reward_model.style is {style!r}; known: {', '.join(SOURCES)} (or give "
+    style = spec.get("style") or DEFAULT_SOURCE
+    if style not in REWARD_SOURCES:
+        raise ValueError(f"the row's reward_model.style is {style!r}; known: {', '.join(ordered_sources())} (or give "
                          f"reward_model.sources={{source: weight}})")
     return {style: 1.0}
 
 
 def source_label(source: str, row: Dict[str, Any], reward: RewardConfig) -> str:
-    """How one source of ``row`` is logged: the verifier's name for ``rule``, else ``SOURCE_LABELS``."""
-    return rule_verifier_for(row, reward) if source == "rule" else SOURCE_LABELS[source]
+    """How one source of ``row`` is logged (its class's ``label_for``: the verifier's name for ``rule``)."""
+    return REWARD_SOURCES[source].label_for(row, reward)
 
 
 def verifier_for(row: Dict[str, Any], reward: RewardConfig) -> str:
     """The name ``row``'s rewards are logged under (``reward/<name>/...``): its rule verifier (``math``), a source
     (``reward_model``, ``judge``, ``remote``), or the sources of a combination joined by ``+`` (``math+reward_model``)."""
-    return "+".join(source_label(s, row, reward) for s in sorted(sources_for(row, reward), key=SOURCES.index))
+    return "+".join(source_label(s, row, reward) for s in ordered_sources(sources_for(row, reward)))
 
 
 def check_verifiers(rows: Sequence[Dict[str, Any]], reward: RewardConfig, what: str) -> List[str]:
@@ -95,8 +92,7 @@ def check_verifiers(rows: Sequence[Dict[str, Any]], reward: RewardConfig, what: 
     from reasonrl.verifiers import available_verifiers
 
     known, used = set(available_verifiers()), set()
-    configured = reward_sources(reward).configured()
-    settings = {"model": "reward.model.path", "judge": "reward.judge.url", "remote": "reward.remote.url"}
+    states = read_sources(reward)
     for i, row in enumerate(rows):
         try:
             sources = sources_for(row, reward)
@@ -104,9 +100,9 @@ def check_verifiers(rows: Sequence[Dict[str, Any]], reward: RewardConfig, what: 
         except ValueError as exc:
             raise DataError(f"{what}: row {i}: {exc}") from None
         for source in sources:
-            if not configured[source]:
+            if not states[source][1]:
                 raise DataError(f"{what}: row {i} (data_source {row.get('data_source')!r}) is scored by the source "
-                                f"{source!r}, but {settings[source]} is not set")
+                                f"{source!r}, but {REWARD_SOURCES[source].off_hint()}")
         if "rule" in sources:
             verifier = rule_verifier_for(row, reward)
             if verifier not in known:

@@ -19,6 +19,7 @@ from .http_json import EndpointClient, EndpointError
 from .items import prompt_text
 from .judge_parse import Unparsable, default_template, parse_logprob, parse_scale, parse_verdict
 from .redact import safe_url
+from .registry import RewardSource, register_reward_source
 
 __all__ = ["JudgeSource", "Unparsable", "completions_url", "judge_message", "parse_logprob", "parse_scale",
            "parse_verdict"]
@@ -42,10 +43,14 @@ def completions_url(url: str) -> str:
     return url if url.endswith("/chat/completions") else url + "/chat/completions"
 
 
-class JudgeSource:
+@register_reward_source("judge")
+class JudgeSource(RewardSource):
     """``submit(items)``: one chat-completion request per item, at most ``concurrency`` at once."""
 
-    name = "judge"
+    order = 2
+    schema = JudgeConfig
+    settings_key = "reward.judge"
+    switch = "url"
 
     def __init__(self, cfg: JudgeConfig, score_range: Sequence[float]) -> None:
         self.cfg = cfg

@@ -21,6 +21,7 @@ from .handles import FutureHandle, batched, call, score_problem
 from .http_json import EndpointClient, EndpointError
 from .items import prompt_messages
 from .redact import excerpt, redact, safe_url
+from .registry import RewardSource, register_reward_source
 
 INFO_KEYS = 16
 """Most entries of a result's ``info`` that are kept."""
@@ -85,10 +86,14 @@ def parse_results(answer: Any, count: int, score_range: Sequence[float], correct
     return out
 
 
-class RemoteRewardSource:
+@register_reward_source("remote")
+class RemoteRewardSource(RewardSource):
     """``submit(items)`` posts the items in batches of ``batch_size``, at most ``concurrency`` requests at once."""
 
-    name = "remote"
+    order = 3
+    schema = RemoteRewardConfig
+    settings_key = "reward.remote"
+    switch = "url"
 
     def __init__(self, cfg: RemoteRewardConfig, score_range: Sequence[float]) -> None:
         self.cfg = cfg

@@ -19,6 +19,7 @@ from reasonrl.verifiers import VerifyResult
 
 from .handles import batched, score_problem
 from .items import prompt_messages
+from .registry import RewardSource, register_reward_source
 
 Pair = Tuple[List[Dict[str, str]], str]
 """(prompt messages, response)."""
@@ -131,10 +132,15 @@ class RayBatchHandle:
         return self._results
 
 
-class RewardModelSource:
+@register_reward_source("model")
+class RewardModelSource(RewardSource):
     """Ray actors holding the reward model; ``submit(items)`` sends batches of ``batch_size`` pairs round-robin."""
 
-    name = "model"
+    label = "reward_model"
+    order = 1
+    schema = RewardModelConfig
+    settings_key = "reward.model"
+    switch = "path"
 
     def __init__(self, cfg: RewardModelConfig, score_range: Sequence[float], layout: Any = None) -> None:
         """``layout``: the run's ``controller.layout.Layout`` (its ``reward_model`` pool); None: one worker, on a
@@ -165,6 +171,10 @@ class RewardModelSource:
         self._next = 0
         self._lock = threading.Lock()  # submit, collect and pop_stats may run on different threads
         self._stats = {"requests": 0, "errors": 0}
+
+    @classmethod
+    def from_config(cls, settings: RewardModelConfig, reward: Any, layout: Any = None) -> "RewardModelSource":
+        return cls(settings, reward.score_range, layout)
 
     def submit(self, items: Sequence[Any]) -> RayBatchHandle:
         parts = []

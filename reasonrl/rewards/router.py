@@ -1,26 +1,27 @@
 """The reward router: the object ``make_pool`` returns. It has the VerifierPool's interface (``submit``,
-``verify_batch``, ``pop_stats``, ``close``, a context manager) and sends each item to its sources — the rule
-verifier pool, the reward model, the judge, the remote endpoint — then combines them per row.
+``verify_batch``, ``pop_stats``, ``close``, a context manager) and sends each item to its sources — the registered
+``RewardSource``s the run turned on (registry.py): the rule verifier pool, the reward model, the judge, the remote
+endpoint, a plugin's — then combines them per row.
 
 Combination (a row with several sources, ``RewardItem.sources`` = ``{source: weight}``): the score is
-``sum(weight * source score)``; ``correct`` is the rule verifier's verdict when the row has a rule source, else
-whether every source counted it correct; ``info["sources"]`` holds each source's score and reason. When any of the
-row's sources fails, the row fails (no verdict), its reason naming the source: a partial sum would be a different
-reward scale, and a failure is never a 0. A row with one source gets that source's result unchanged.
+``sum(weight * source score)``; ``correct`` is the verdict of the source that ``decides_correct`` (the rule
+verifiers) when the row has it, else whether every source counted it correct; ``info["sources"]`` holds each
+source's score and reason. When any of the row's sources fails, the row fails (no verdict), its reason naming the
+source: a partial sum would be a different reward scale, and a failure is never a 0. A row with one source gets that
+source's result unchanged.
 """
 from __future__ import annotations
 
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
-from reasonrl.config.reward_sources_schema import SOURCES
 from reasonrl.verifiers import VerifyResult
 
-from .items import SOURCE_LABELS
+from .registry import DEFAULT_SOURCE, REWARD_SOURCES, RewardSource, ordered_sources
 
 
 def _sources_of(item: Any) -> Dict[str, float]:
-    return dict(getattr(item, "sources", None) or {"rule": 1.0})
+    return dict(getattr(item, "sources", None) or {DEFAULT_SOURCE: 1.0})
 
 
 class RouterSubmission:
@@ -54,7 +55,7 @@ def combine(weights: Dict[str, float], results: Dict[str, VerifyResult]) -> Veri
     """One row's result from its sources' (module docstring)."""
     if len(weights) == 1:
         return results[next(iter(weights))]
-    ordered = [s for s in SOURCES if s in weights]
+    ordered = ordered_sources(weights)
     breakdown = {s: {"score": results[s].score, "weight": weights[s], "failed": results[s].failed,
                      "reason": results[s].info.get("reason")} for s in ordered}
     failed = [s for s in ordered if results[s].failed]
@@ -63,31 +64,26 @@ def combine(weights: Dict[str, float], results: Dict[str, VerifyResult]) -> Veri
         return VerifyResult.failure(f"no verdict from {', '.join(_label(s) for s in failed)} ({reasons})",
                                     sources=breakdown)
     score = sum(weights[s] * float(results[s].score) for s in ordered)
-    correct = results["rule"].correct if "rule" in results else all(results[s].correct for s in ordered)
-    info = dict(results["rule"].info) if "rule" in results else {}
+    decider = next((s for s in ordered if REWARD_SOURCES[s].decides_correct), None)
+    correct = results[decider].correct if decider else all(results[s].correct for s in ordered)
+    info = dict(results[decider].info) if decider else {}
     info["reason"] = " + ".join(f"{weights[s]:g} x {_label(s)} {results[s].score:.4g}" for s in ordered)
     info["sources"] = breakdown
     return VerifyResult(score=score, correct=bool(correct), info=info)
 
 
 def _label(source: str) -> str:
-    return SOURCE_LABELS.get(source, source)
+    return REWARD_SOURCES[source].label or source
 
 
 class RewardRouter:
-    """Items to their sources (``sources``: name -> an object with ``submit``/``pop_stats``/``close``; ``rule`` is
-    the VerifierPool). Thread-safe as its sources are."""
+    """Items to their sources (``sources``: name -> the run's ``RewardSource``). Thread-safe as its sources are."""
 
-    def __init__(self, sources: Dict[str, Any]) -> None:
+    def __init__(self, sources: Dict[str, RewardSource]) -> None:
         self.sources = dict(sources)
         self._scores: Dict[str, List[float]] = {}
         self._failed: Dict[str, int] = {}
         self._lock = threading.Lock()  # submissions may be collected on other threads (async, streaming)
-
-    @property
-    def rule_pool(self):
-        """The VerifierPool behind the rule source."""
-        return self.sources["rule"]
 
     def submit(self, items: Sequence[Any]) -> RouterSubmission:
         """Queue every item at its sources and return at once (``result()`` waits, input order)."""
@@ -97,14 +93,12 @@ class RewardRouter:
                 wanted.setdefault(source, []).append(i)
         missing = sorted(set(wanted) - set(self.sources))
         if missing:
+            hints = "; ".join(REWARD_SOURCES[s].off_hint() if s in REWARD_SOURCES else f"{s!r} is not registered"
+                              for s in missing)
             raise ValueError(f"items ask for the reward source(s) {', '.join(missing)}, which this run did not "
-                             f"configure (reward.model.path, reward.judge.url, reward.remote.url)")
-        parts = {}
-        for source, indices in wanted.items():
-            picked = [items[i] for i in indices]
-            if source == "rule":  # the verifier pool takes plain 4-tuples
-                picked = [tuple(item) for item in picked]
-            parts[source] = (indices, self.sources[source].submit(picked))
+                             f"configure ({hints})")
+        parts = {source: (indices, self.sources[source].submit([items[i] for i in indices]))
+                 for source, indices in wanted.items()}
         return RouterSubmission(self, items, parts)
 
     def verify_batch(self, items: Sequence[Any]) -> List[VerifyResult]:
@@ -112,19 +106,20 @@ class RewardRouter:
         return self.submit(items).result()
 
     def _observe(self, source: str, results: Sequence[VerifyResult]) -> None:
-        if source == "rule":
+        if not REWARD_SOURCES[source].counted:
             return
         with self._lock:
             self._scores.setdefault(source, []).extend(r.score for r in results if not r.failed)
             self._failed[source] = self._failed.get(source, 0) + sum(r.failed for r in results)
 
     def pop_stats(self) -> Dict[str, float]:
-        """The verifier pool's ``verify/*`` counters and, per other source, ``reward_source/<label>/*`` (requests,
-        retries, timeouts, errors, latency, failed, score_mean) since the last call."""
+        """Each source's own counters (the verifier pool's ``verify/*``, an endpoint's ``reward_source/<label>/*``
+        requests, retries, timeouts, errors, latency) and, per ``counted`` source, ``reward_source/<label>/{failed,
+        scored,score_mean}`` since the last call."""
         stats: Dict[str, float] = {}
         for source, backend in self.sources.items():
             stats.update(backend.pop_stats())
-        for source in [s for s in self.sources if s != "rule"]:
+        for source in [s for s in self.sources if REWARD_SOURCES[s].counted]:
             with self._lock:
                 scores, failed = self._scores.pop(source, []), self._failed.pop(source, 0)
             stats[f"reward_source/{_label(source)}/failed"] = float(failed)
