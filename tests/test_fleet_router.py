@@ -85,7 +85,7 @@ def test_a_drained_replica_finishes_its_requests_and_remove_hands_back_the_rest(
     router = fleet("a", "b")
     assert router.assign(req(1, prompt=10)) == "a"
     assert router.assign(req(2, prompt=10)) == "b"
-    assert router.assign(req(3, prompt=10)) == "a"
+    assert router.assign(req(3, group="g", prompt=10)) == "a"   # a 10 = b 10: the earlier, a
     router.drain("a")
     assert router.complete("1")                              # a drained replica's answer still counts
     assert router.assign(req(4, prompt=1)) == "b"            # a ties b (10, 10) and came first, but is drained
@@ -95,6 +95,8 @@ def test_a_drained_replica_finishes_its_requests_and_remove_hands_back_the_rest(
     assert router.replicas() == ["b"]
     router.add("c")
     assert router.assign(req(5, prompt=1)) == "c"            # c: 0 < b: 11
+    assert router.assign(req(6, group="g", prompt=1)) == "c"  # g's replica is gone: g moves to c (1 < 11)
+    assert router.assign(req(7, group="g", prompt=50)) == "c" and router.moved_keys == 1
 
 
 def test_slower_replica_gets_less_work_under_least_outstanding_not_under_round_robin():
