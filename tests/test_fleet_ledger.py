@@ -3,10 +3,10 @@ byte neither loses nor duplicates: replayed from every prefix of a recorded jour
 with SIGKILL (one mid-way through writing a line)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import textwrap
 from collections import Counter
