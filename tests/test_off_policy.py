@@ -219,3 +219,114 @@ def test_masked_is_runs_the_old_log_prob_pass_and_no_cap_is_accepted():
     assert not passes_needed(cfg("trainer.device=cpu", "algorithm.off_policy.correction=decoupled")).old_log_probs
     assert cfg("algorithm.off_policy.correction=decoupled", "algorithm.off_policy.cap=inf").algorithm.off_policy.cap \
         == math.inf
+
+
+# ----------------------------------------------------------------------------- the actor and the loop
+
+
+def test_masked_is_drops_the_rejected_tokens_from_the_actor_loss_mask():
+    from reasonrl.data.batch import Batch
+    from reasonrl.workers.actor_update import without_rejected
+
+    # the same rows as above; token level [0.6, 2]: only row 0 token 0 (w 1.5) and row 1 token 0 (w 1) stay
+    batch = Batch({"old_log_probs": PROX, "rollout_log_probs": BEHAV, "response_mask": MASK})
+    off = cfg("algorithm.off_policy.correction=mis", "algorithm.off_policy.lower=0.6").algorithm.off_policy
+    out = without_rejected(batch, off)
+    assert out["loss_mask"].tolist() == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert "loss_mask" not in batch  # the caller's batch is left as it was
+
+
+@pytest.fixture(scope="module")
+def tiny_actor(tmp_path_factory, model_path):
+    """(a tiny random policy's path, a function building an in-process actor worker over it for given settings)."""
+    from helpers import free_port, make_tiny_policy
+
+    from reasonrl.config import to_dict
+    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    policy = make_tiny_policy(tmp_path_factory.mktemp("tiny"), model_path)
+
+    def worker(*args):
+        c = cfg("trainer.device=cpu", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+                "actor.micro_batch_size_per_worker=3", "algorithm.use_kl_loss=false", *args)
+        return c, ActorRolloutRefWorker(to_dict(c), policy, rank=0, world_size=1, master_addr="127.0.0.1",
+                                        master_port=free_port(), num_threads=1)
+
+    return worker
+
+
+def engine_batch():
+    """4 rows whose engine log-probs (-14 or -8) are far from the random policy's (about ln(1 / 49152) = -10.8)."""
+    from reasonrl.data.collate import collate_rollout
+
+    batch = collate_rollout([[1, 2, 3], [1, 2, 3], [4, 5], [4, 5]], [[6, 7, 8], [9], [10, 11], [12, 13, 14, 15]],
+                            [[-14.0, -8.0, -14.0], [-8.0], [-14.0, -8.0], [-8.0, -14.0, -8.0, -14.0]], pad_id=0)
+    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None] * batch["response_mask"]
+    batch["version_lag"] = torch.tensor([1, 1, 0, 0])
+    return batch
+
+
+def test_update_without_the_pass_reports_the_pass_off_policy_metrics(tiny_actor):
+    """One optimizer step per batch, decoupled: the update's first forward stands in for the pass (the proximal
+    policy) and reports the offpolicy/* metrics the trainer computes from the pass, per version lag."""
+    from reasonrl.trainer.metrics import behaviour_gap_metrics
+
+    batch = engine_batch()
+    c, worker = tiny_actor("trainer.mode=async", "algorithm.off_policy.correction=decoupled",
+                           "algorithm.off_policy.cap=1.5")
+    before = batch.union(worker.compute_log_probs(batch))
+    expected = {k: v for k, v in behaviour_gap_metrics(c, before, batch["response_mask"]).items()
+                if k.startswith("offpolicy/")}
+    assert {"offpolicy/kl", "offpolicy/logprob_gap/lag_0", "offpolicy/logprob_gap/lag_1", "offpolicy/is_ess",
+            "offpolicy/is_truncated_frac"} <= set(expected)
+    metrics = worker.update_actor(batch)
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    # the random policy's log-probs are near ln(1 / 49152) = -10.8: w ~ e^3 (truncated) where the engine said -14,
+    # w ~ e^-3 where it said -8: the 5 tokens of 10 at -14 are truncated at 1.5
+    assert metrics["offpolicy/is_truncated_frac"] == 0.5
+
+
+def test_masked_is_update_with_every_token_rejected_changes_nothing(tiny_actor):
+    """mis with [0.9, 1.1] rejects every token of the batch (w ~ e^3 or e^-3, from the pass's old log-probs): nothing
+    is left in the actor's loss and its gradient is 0 (without the rejection both would not be)."""
+    batch = engine_batch()
+    c, worker = tiny_actor("algorithm.off_policy.correction=mis", "algorithm.off_policy.lower=0.9",
+                           "algorithm.off_policy.upper=1.1")
+    batch = batch.union(worker.compute_log_probs(batch))
+    metrics = worker.update_actor(batch)
+    assert metrics["actor/pg_loss"] == 0.0 and metrics["actor/grad_norm"] == 0.0
+
+
+@pytest.mark.slow
+def test_decoupled_trains_through_the_real_loop_with_metrics_per_version_lag(tmp_path, tiny_policy):
+    """Two async steps in this process (the in-process backend, conftest's tiny policy, the hf engine) with the
+    decoupled objective: step 1 trains on the initial weights' round (lag 0), step 2 on a round one version old
+    (lag 1); each logs the importance-weight statistics and the gap of its lag, all finite."""
+    import json
+
+    from reasonrl.trainer.backends import InProcessBackend
+    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.trainer.trainer import Trainer
+
+    out = tmp_path / "run"
+    c = cfg("task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8",
+            "actor.micro_batch_size_per_worker=4", "reward.workers=1", "trainer.logger=[jsonl]",
+            "trainer.total_steps=2", "trainer.device=cpu", "trainer.resume=never", "trainer.save_every=0",
+            "trainer.mode=async", "async_rollout.max_staleness=1", "algorithm.entropy_coef=0.01", "actor.lr=1e-3",
+            "algorithm.off_policy.correction=decoupled", f"model.path={tiny_policy}", f"trainer.output_dir={out}")
+    trainer = Trainer(c, RunPlan.build(c), InProcessBackend(num_threads=1))
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    first, second = [r for r in rows if "offpolicy/kl" in r]
+    for row, lag in ((first, 0), (second, 1)):
+        assert row["async/staleness"] == lag
+        keys = ["offpolicy/kl", f"offpolicy/logprob_gap/lag_{lag}", f"offpolicy/kl/lag_{lag}",
+                "offpolicy/is_weight_mean", "offpolicy/is_weight_max", "offpolicy/is_weight_min",
+                "offpolicy/is_truncated_frac", "offpolicy/is_ess", "actor/pg_loss", "actor/clip_frac"]
+        assert all(math.isfinite(row[k]) for k in keys), {k: row.get(k) for k in keys}
+        assert f"offpolicy/logprob_gap/lag_{1 - lag}" not in row  # no token of the other lag in this batch
+        assert 0 < row["offpolicy/is_ess"] <= 1 and row["offpolicy/is_weight_min"] <= row["offpolicy/is_weight_max"]
