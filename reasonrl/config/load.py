@@ -240,10 +240,6 @@ def _validate_off_policy(alg, need) -> None:
              f"must be below algorithm.off_policy.upper ({off.upper}), got {off.lower}")
 
 
-LEGACY_TIS_KEYS = ("algorithm.tis_mode", "algorithm.tis_cap")
-"""The keys ``algorithm.off_policy`` replaced; ``legacy_off_policy_keys`` translates them."""
-
-
 def legacy_off_policy_keys(pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
     """``algorithm.tis_mode=off|token|sequence`` and ``algorithm.tis_cap=c`` as their ``algorithm.off_policy.*``
     spellings (correction none, or tis at that level; cap c), so configs written before the section still run."""
