@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -117,11 +118,9 @@ def behaviour_gap_metrics(cfg, batch: Batch, mask: torch.Tensor) -> Dict[str, fl
     """The engine's log-probs (``rollout_log_probs``, the behaviour policy) against the pass's (``old_log_probs``, the
     proximal policy): ``rollout/logprob_diff_*`` and the ``offpolicy/*`` metrics of ``algorithm.off_policy`` (by
     version lag when the batch carries ``version_lag``; ``algorithms/off_policy_metrics.py``)."""
-    off = cfg.algorithm.off_policy
     prox, behav = batch["old_log_probs"], batch["rollout_log_probs"]
-    sums = off_policy_sums(prox, behav, mask, correction=off.correction, level=off.level, cap=off.cap,
-                           lower=off.lower, upper=off.upper, lag=batch["version_lag"] if "version_lag" in batch else None,
-                           lags=reported_version_lags(cfg))
+    sums = off_policy_sums(prox, behav, mask, **asdict(cfg.algorithm.off_policy), lags=reported_version_lags(cfg),
+                           lag=batch["version_lag"] if "version_lag" in batch else None)
     return {**logprob_mismatch_stats(prox, behav, mask), **off_policy_metrics(sums)}
 
 

@@ -13,6 +13,7 @@ old log-probs), so they leave every term of the actor's loss and its denominator
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Dict
 
 import torch
@@ -39,7 +40,7 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
     own_old = "old_log_probs" not in batch  # no old-log-prob pass: this update reports what it would have
     before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0, "off_policy": {}}
     off = alg.off_policy
-    off_kwargs = dict(level=off.level, cap=off.cap, lower=off.lower, upper=off.upper)
+    off_kwargs = asdict(off)  # correction, level, cap, lower, upper
     if off.correction == "mis":  # the pass ran (config/passes.py): the rejected tokens leave the loss mask first
         batch = without_rejected(batch, off)
     need_entropy = alg.entropy_coef != 0
@@ -50,7 +51,7 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
         if own_old:
             _add_policy_sums(before, lp.detach(), ent.detach(), mb)
             before["off_policy"] = combine_sums(before["off_policy"], off_policy_sums(
-                lp.detach(), mb["rollout_log_probs"], loss_mask(mb), correction=off.correction, **off_kwargs,
+                lp.detach(), mb["rollout_log_probs"], loss_mask(mb), **off_kwargs,
                 lag=mb["version_lag"] if "version_lag" in mb else None, lags=reported_version_lags(cfg)))
         # Without an old-log-prob pass the policy is still the one that scored the batch: its own log-probs,
         # detached, are the old ones (ratio 1).
@@ -62,7 +63,8 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
             pg, pg_metrics = decoupled_ppo_loss(log_probs=lp, prox_log_probs=old_lp,
                                                 behav_log_probs=mb["rollout_log_probs"], cap=off.cap, **clip)
         else:
-            is_w = correction_weights(off.correction, old_lp, mb["rollout_log_probs"], mask, **off_kwargs)
+            is_w = correction_weights(prox_log_probs=old_lp, behav_log_probs=mb["rollout_log_probs"], mask=mask,
+                                      **off_kwargs)
             pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=old_lp, is_weights=is_w,
                                          options=dict(alg.policy_loss_options), **clip)
         loss = pg
