@@ -330,3 +330,8 @@ def test_decoupled_trains_through_the_real_loop_with_metrics_per_version_lag(tmp
         assert all(math.isfinite(row[k]) for k in keys), {k: row.get(k) for k in keys}
         assert f"offpolicy/logprob_gap/lag_{1 - lag}" not in row  # no token of the other lag in this batch
         assert 0 < row["offpolicy/is_ess"] <= 1 and row["offpolicy/is_weight_min"] <= row["offpolicy/is_weight_max"]
+    # lag 0: the engine held the weights being trained (the same model scores alike: every w about 1, ESS 1); lag 1:
+    # one update of lr 1e-3 later they differ (a gap of 0.015 when this was written; 1e-3 is the bound test_async.py
+    # uses for the same contrast)
+    assert first["offpolicy/logprob_gap/lag_0"] < 1e-3 < second["offpolicy/logprob_gap/lag_1"]
+    assert first["offpolicy/is_ess"] == pytest.approx(1.0, abs=1e-6)
