@@ -1,6 +1,7 @@
 """Pure tensor functions of RL for LLMs: advantage estimators, policy/value losses, KL and its controllers, loss
-aggregation, DAPO data shaping and truncated importance sampling. Imports only torch; registries by name
-(ADV_ESTIMATORS, POLICY_LOSSES with POLICY_LOSS_OPTIONS, LOSS_AGG_MODES, KL_ESTIMATORS, KL_CONTROLLERS).
+aggregation, DAPO data shaping and off-policy corrections (truncated and masked importance sampling, decoupled PPO)
+with their statistics. Imports only torch; registries by name (ADV_ESTIMATORS, POLICY_LOSSES with POLICY_LOSS_OPTIONS,
+LOSS_AGG_MODES, KL_ESTIMATORS, KL_CONTROLLERS).
 
 Shapes: B responses, T response tokens (right-padded); ``mask`` is a 0/1 [B, T] response mask and
 ``group_index`` a LongTensor [B] (responses to the same prompt share an id).
@@ -26,10 +27,13 @@ from .aggregation import (
     masked_whiten,
 )
 from .dapo import filter_groups, overlong_penalty
-from .importance import TIS_MODES, logprob_mismatch_stats, tis_weights
+from .decoupled_ppo import decoupled_ppo_loss
+from .importance import (CORRECTIONS, IS_LEVELS, correction_weights, log_is_ratio, logprob_mismatch_stats, mis_weights,
+                         tis_weights)
 from .kl import KL_ESTIMATORS, kl_penalty
 from .kl_control import KL_CONTROLLERS, AdaptiveKLController, FixedKLController, make_kl_controller
 from .logprob import entropy_from_logits, log_probs_from_logits
+from .off_policy_metrics import combine_sums, off_policy_metrics, off_policy_sums
 from .policy_loss import (
     POLICY_LOSS_OPTIONS,
     POLICY_LOSSES,
@@ -48,13 +52,17 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "POLICY_LOSS_OPTIONS",
-    "TIS_MODES",
+    "CORRECTIONS",
+    "IS_LEVELS",
     "AdaptiveKLController",
     "FixedKLController",
     "agg_denominator",
     "aggregate_loss",
     "clipped_surrogate",
+    "combine_sums",
     "compute_advantages",
+    "correction_weights",
+    "decoupled_ppo_loss",
     "discounted_returns",
     "entropy_from_logits",
     "explained_variance",
@@ -62,6 +70,7 @@ __all__ = [
     "group_mean_std",
     "kl_penalty",
     "kl_shaped_token_rewards",
+    "log_is_ratio",
     "log_probs_from_logits",
     "logprob_mismatch_stats",
     "make_kl_controller",
@@ -69,6 +78,9 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "mis_weights",
+    "off_policy_metrics",
+    "off_policy_sums",
     "overlong_penalty",
     "policy_loss",
     "register_adv_estimator",

@@ -1,10 +1,33 @@
 """The ``algorithm`` section of the config: the objective (advantage estimator, policy loss and its options, KL terms
-and their controller, DAPO shaping, truncated importance sampling). One docstring per field; ``docs/configuration.md``
+and their controller, DAPO shaping, off-policy corrections). One docstring per field; ``docs/configuration.md``
 is generated from these and ``schema.py`` together (``python -m reasonrl.config.docs``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict
+
+
+@dataclass
+class OffPolicyConfig:
+    """Off-policy corrections between the policy that sampled the batch (the behaviour policy: the engine's per-token
+    log-probs) and the trainer's proximal policy (its log-probs of the batch at the start of the update); see
+    docs/algorithms.md. Any correction but none makes rollouts ask the engine for log-probs (``rollout.logprobs``)."""
+
+    correction: str = "none"
+    """none; tis (truncated IS: every token's loss times min(w, cap), w = pi_prox / pi_behav at ``level``); mis
+    (masked IS: the loss times w where lower <= w <= upper; a token, or with level sequence a whole sequence, outside
+    that interval leaves the actor's loss and its denominator; runs the old-log-prob pass); decoupled (the decoupled PPO
+    objective: ``ppo_clip``'s clipped ratio pi_theta / pi_prox times the token weight min(w, cap); needs
+    ``algorithm.policy_loss=ppo_clip`` and level token). PPO's clip stays on in every mode."""
+    level: str = "token"
+    """Where one weight applies (tis, mis): token (w_t per token), or sequence (w = the product of the sequence's token
+    ratios, on all its tokens)."""
+    cap: float = 2.0
+    """tis and decoupled: the weight's truncation cap (``inf``: no truncation)."""
+    lower: float = 0.5
+    """mis: the smallest weight kept (0 <= lower <= 1)."""
+    upper: float = 2.0
+    """mis: the largest weight kept (>= 1)."""
 
 
 @dataclass
@@ -56,10 +79,9 @@ class AlgorithmConfig:
     """Discount for GAE and REINFORCE++ returns."""
     lam: float = 1.0
     """GAE lambda."""
-    tis_mode: str = "off"
-    """Truncated importance sampling against rollout log-probs: off, token, sequence."""
-    tis_cap: float = 2.0
-    """Truncation cap for truncated importance sampling weights."""
+    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
+    """Off-policy corrections (the old ``algorithm.tis_mode=token|sequence`` and ``algorithm.tis_cap`` still work:
+    they set ``off_policy.correction=tis`` with that level, and ``off_policy.cap``)."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and refill the batch."""
     max_resample_rounds: int = 3
@@ -68,3 +90,9 @@ class AlgorithmConfig:
     """DAPO overlong shaping: tokens before max_new_tokens where a linear penalty starts (0: off)."""
     overlong_penalty: float = 1.0
     """DAPO overlong shaping: penalty reached at max_new_tokens."""
+
+
+def reported_version_lags(cfg) -> range:
+    """The version lags the ``offpolicy/*/lag_<k>`` metrics report: 0 .. ``async_rollout.max_staleness`` with
+    ``trainer.mode=async``, else 0 (the same keys on every rank)."""
+    return range(cfg.async_rollout.max_staleness + 1 if cfg.trainer.mode == "async" else 1)

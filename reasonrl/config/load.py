@@ -92,7 +92,7 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         raise ConfigError(f"config key 'algorithm': unknown algorithm {algorithm!r}"
                           f"{did_you_mean(algorithm, ALGORITHM_PRESETS)}; "
                           f"known: {', '.join(sorted(ALGORITHM_PRESETS))} (or set algorithm.<field>=...)")
-    user = [(k, v) for k, v in pairs if k not in ("task", "algorithm")]
+    user = legacy_off_policy_keys([(k, v) for k, v in pairs if k not in ("task", "algorithm")])
     if any(k == "algorithm.kl_estimator" for k, _ in user):
         raise ConfigError("config key 'algorithm.kl_estimator' was split in two: set algorithm.kl_loss_estimator "
                           "(the KL in the loss, default k3) and/or algorithm.kl_reward_estimator (the KL in the "
@@ -124,8 +124,8 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         cfg = _merge(cfg, copy.deepcopy(MODE_PRESETS[probe.trainer.mode]), f"trainer.mode={probe.trainer.mode}")
     cfg = OmegaConf.merge(cfg, user_cfg)
     obj: Config = OmegaConf.to_object(cfg)
-    if obj.algorithm.tis_mode == "False":  # YAML reads a bare `off` as false: algorithm.tis_mode=off means "off"
-        obj.algorithm.tis_mode = "off"
+    if obj.algorithm.off_policy.correction == "False":  # YAML reads a bare `off` as false: off means none
+        obj.algorithm.off_policy.correction = "none"
     validate(obj)
     return obj, notes
 
@@ -160,9 +160,10 @@ def validate(cfg: Config) -> None:
     need(cfg.model.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
          "must be auto, float32, bfloat16 or float16")
     _validate_algorithm(cfg, need)
-    need(cfg.algorithm.tis_mode in ("off", "token", "sequence"), "algorithm.tis_mode", "must be off, token or sequence")
-    need(not (cfg.algorithm.tis_mode != "off" and cfg.rollout.logprobs is False), "rollout.logprobs",
-         f"must not be false with algorithm.tis_mode={cfg.algorithm.tis_mode} (TIS weighs by the rollout log-probs)")
+    correction = cfg.algorithm.off_policy.correction
+    need(not (correction != "none" and cfg.rollout.logprobs is False), "rollout.logprobs",
+         f"must not be false with algorithm.off_policy.correction={correction} (its importance weights divide by the "
+         f"rollout log-probs)")
     need(cfg.tool.sandbox in ("auto", "bwrap", "docker"), "tool.sandbox",
          "must be auto, bwrap or docker (model code never runs unsandboxed)")
     need(cfg.trainer.mode in ("colocated", "async"), "trainer.mode", "must be colocated or async")
@@ -211,12 +212,54 @@ def _validate_algorithm(cfg: Config, need) -> None:
         algs.resolve_policy_loss_options(alg.policy_loss, dict(alg.policy_loss_options))
     except ValueError as exc:
         need(False, "algorithm.policy_loss_options", str(exc))
+    _validate_off_policy(alg, need)
     if alg.adv_estimator == "pass_at_k":
         need(alg.pass_k <= cfg.rollout.n, "algorithm.pass_k", f"must not exceed rollout.n ({cfg.rollout.n})")
         need(not alg.kl_in_reward, "algorithm.kl_in_reward",
              "must be false with adv_estimator=pass_at_k (it counts 0/1 scores); use algorithm.use_kl_loss")
         need(alg.overlong_buffer == 0, "algorithm.overlong_buffer",
              "must be 0 with adv_estimator=pass_at_k (the overlong penalty makes scores fractional)")
+
+
+def _validate_off_policy(alg, need) -> None:
+    """algorithm.off_policy: the names, the decoupled objective's pairing with ppo_clip, masked IS's interval."""
+    from reasonrl.algorithms import CORRECTIONS, IS_LEVELS
+
+    off = alg.off_policy
+    need(off.correction in CORRECTIONS, "algorithm.off_policy.correction",
+         f"unknown {off.correction!r}; choose one of {', '.join(CORRECTIONS)}")
+    need(off.level in IS_LEVELS, "algorithm.off_policy.level",
+         f"unknown {off.level!r}; choose one of {', '.join(IS_LEVELS)}")
+    if off.correction == "decoupled":
+        need(alg.policy_loss == "ppo_clip", "algorithm.policy_loss",
+             f"must be ppo_clip with algorithm.off_policy.correction=decoupled (the decoupled objective is PPO's "
+             f"clipped surrogate), got {alg.policy_loss}; use correction=tis or mis to weight another loss")
+        need(off.level == "token", "algorithm.off_policy.level",
+             "must be token with algorithm.off_policy.correction=decoupled (its behaviour weight is per token)")
+    if off.correction == "mis":
+        need(off.lower < off.upper, "algorithm.off_policy.lower",
+             f"must be below algorithm.off_policy.upper ({off.upper}), got {off.lower}")
+
+
+def legacy_off_policy_keys(pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """``algorithm.tis_mode=off|token|sequence`` and ``algorithm.tis_cap=c`` as their ``algorithm.off_policy.*``
+    spellings (correction none, or tis at that level; cap c), so configs written before the section still run."""
+    out: List[Tuple[str, str]] = []
+    for key, value in pairs:
+        if key == "algorithm.tis_mode":
+            mode = value.strip().lower()
+            if mode in ("off", "false"):
+                out.append(("algorithm.off_policy.correction", "none"))
+            elif mode in ("token", "sequence"):
+                out += [("algorithm.off_policy.correction", "tis"), ("algorithm.off_policy.level", mode)]
+            else:
+                raise ConfigError(f"config key 'algorithm.tis_mode': must be off, token or sequence, got {value!r} "
+                                  f"(it is algorithm.off_policy.correction=tis with algorithm.off_policy.level now)")
+        elif key == "algorithm.tis_cap":
+            out.append(("algorithm.off_policy.cap", value))
+        else:
+            out.append((key, value))
+    return out
 
 
 def _validate_curriculum(cfg: Config, need) -> None:
@@ -254,8 +297,9 @@ def in_interval(value: float, text: str) -> bool:
 def check_ranges(cfg: Config) -> None:
     """Every numeric field (each element of a numeric list) inside its ``FIELD_RANGES`` interval."""
     for key, interval in FIELD_RANGES.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
+        value = cfg
+        for name in key.split("."):  # section.field, or section.subsection.field
+            value = getattr(value, name)
         for v in value if isinstance(value, list) else [value]:
             if v is not None and not in_interval(v, interval):
                 raise ConfigError(f"config key '{key}': {v} is out of range; allowed: {interval}")

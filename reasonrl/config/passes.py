@@ -2,7 +2,9 @@
 
 - old log-probs (the actor's own, before the update): needed when the batch is used for more than one optimizer
   step (``actor.ppo_epochs`` > 1 or several mini-batches), since from the second step on the policy has moved; and
-  by ``algorithm.kl_in_reward``, whose token rewards are computed before the update. With one optimizer step per
+  by ``algorithm.kl_in_reward``, whose token rewards are computed before the update; and by masked importance
+  sampling (``algorithm.off_policy.correction=mis``), whose rejected tokens leave the loss's denominator, which is
+  fixed before the update's first forward. With one optimizer step per
   batch the policy that scored the batch is the one being updated: the update's own log-probs, detached, are the old
   ones (the ratio is exactly 1, as TRL does when it takes one step per batch), and the update reports the entropy,
   KL and rollout-mismatch metrics that the pass would have given.
@@ -31,7 +33,7 @@ def updates_per_batch(cfg) -> int:
 
 def passes_needed(cfg) -> Passes:
     alg = cfg.algorithm
-    return Passes(old_log_probs=updates_per_batch(cfg) > 1 or alg.kl_in_reward,
+    return Passes(old_log_probs=updates_per_batch(cfg) > 1 or alg.kl_in_reward or alg.off_policy.correction == "mis",
                   ref_log_probs=alg.use_kl_loss or alg.kl_in_reward,
                   values=alg.adv_estimator == "gae")
 
@@ -41,7 +43,8 @@ def pass_rows(cfg) -> List[Tuple[str, str]]:
     p = passes_needed(cfg)
     steps = updates_per_batch(cfg)
     if p.old_log_probs:
-        old = "on (kl_in_reward)" if steps == 1 else f"on ({steps} optimizer steps per batch)"
+        old = (f"on ({steps} optimizer steps per batch)" if steps > 1 else
+               "on (kl_in_reward)" if cfg.algorithm.kl_in_reward else "on (masked IS: off_policy.correction=mis)")
     else:
         old = "off (one optimizer step per batch: the update's own log-probs)"
     return [

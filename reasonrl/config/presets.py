@@ -82,5 +82,5 @@ PROFILE_LENGTH_CEILINGS = (("data", "max_prompt_length"), ("rollout", "max_new_t
 MODE_PRESETS: Dict[str, Dict[str, Any]] = {
     # The engines generate with weights up to async_rollout.max_staleness updates old: correct for it with truncated
     # importance sampling against their log-probs (docs/async.md).
-    "async": {"algorithm": {"tis_mode": "token"}},
+    "async": {"algorithm": {"off_policy": {"correction": "tis", "level": "token"}}},
 }

@@ -115,10 +115,11 @@ class RolloutConfig:
     check_weight_sync: bool = False
     """Debug: after each sync, compare the engine's log-probs of a fixed sequence with the actor's."""
     logprobs: Optional[bool] = None
-    """Ask the engine for each sampled token's log-prob during training rollouts. Needed by truncated importance
-    sampling (``algorithm.tis_mode``) and for the rollout-vs-actor mismatch metrics (``rollout/logprob_diff_*``);
-    it costs generation speed (vLLM ran at half its throughput on an H200 with them). None (auto): on when
-    ``algorithm.tis_mode`` is not off or ``check_weight_sync`` is on. Validation and evaluation never ask."""
+    """Ask the engine for each sampled token's log-prob during training rollouts. Needed by the off-policy
+    corrections (``algorithm.off_policy``) and for the rollout-vs-actor mismatch metrics (``rollout/logprob_diff_*``,
+    ``offpolicy/*``); it costs generation speed (vLLM ran at half its throughput on an H200 with them). None (auto):
+    on when ``algorithm.off_policy.correction`` is not none or ``check_weight_sync`` is on. Validation and evaluation
+    never ask."""
     seed: int = 0
     """Engine seed (per-request seeds are not used: vLLM on CPU crashes with n>1 and a request seed)."""
     max_turns: int = 4

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from reasonrl.algorithms import kl_penalty, masked_mean
+from reasonrl.algorithms import kl_penalty, logprob_mismatch_stats, masked_mean, off_policy_metrics, off_policy_sums
+from reasonrl.config.algorithm_schema import reported_version_lags
+from reasonrl.data.batch import Batch
 from reasonrl.data.sample import TOOL_STATS, columns
 
 
@@ -109,6 +112,24 @@ def policy_metrics(old_log_probs: torch.Tensor, ref_log_probs, entropy, mask: to
     if ref_log_probs is not None:
         out["actor/kl"] = float(masked_mean(kl_penalty(old_log_probs, ref_log_probs, "k3"), mask))
     return out
+
+
+def behaviour_gap_metrics(cfg, batch: Batch, mask: torch.Tensor) -> Dict[str, float]:
+    """The engine's log-probs (``rollout_log_probs``, the behaviour policy) against the pass's (``old_log_probs``, the
+    proximal policy): ``rollout/logprob_diff_*`` and the ``offpolicy/*`` metrics of ``algorithm.off_policy`` (by
+    version lag when the batch carries ``version_lag``; ``algorithms/off_policy_metrics.py``)."""
+    prox, behav = batch["old_log_probs"], batch["rollout_log_probs"]
+    sums = off_policy_sums(prox, behav, mask, **asdict(cfg.algorithm.off_policy), lags=reported_version_lags(cfg),
+                           lag=batch["version_lag"] if "version_lag" in batch else None)
+    return {**logprob_mismatch_stats(prox, behav, mask), **off_policy_metrics(sums)}
+
+
+def with_version_lag(batch: Batch, samples: List[Any], step: int) -> Batch:
+    """``batch`` with ``version_lag`` [B] (``step`` minus the weight version that generated each sample) when the
+    samples carry their version (``trainer.mode=async``); as it is otherwise."""
+    if samples and samples[0].weights_version is not None:
+        batch["version_lag"] = torch.tensor([step - s.weights_version for s in samples])
+    return batch
 
 
 def tool_metrics(gen) -> Dict[str, float]:

@@ -137,11 +137,11 @@ def world_size_for(cfg: Config, device: str) -> int:
 
 
 def rollout_logprobs_wanted(cfg: Config) -> bool:
-    """Whether training rollouts ask the engine for log-probs (``rollout.logprobs``; None: only when TIS or the
-    weight-sync check uses them)."""
+    """Whether training rollouts ask the engine for log-probs (``rollout.logprobs``; None: only when an off-policy
+    correction or the weight-sync check uses them)."""
     if cfg.rollout.logprobs is not None:
         return bool(cfg.rollout.logprobs)
-    return cfg.algorithm.tis_mode != "off" or cfg.rollout.check_weight_sync
+    return cfg.algorithm.off_policy.correction != "none" or cfg.rollout.check_weight_sync
 
 
 def offload_enabled(cfg: Config) -> bool:

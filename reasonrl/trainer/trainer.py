@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
+from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards,
                                  make_kl_controller, overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
 from reasonrl.config.device_defaults import apply_device_defaults
@@ -37,8 +37,8 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
-from .metrics import (PhaseTimer, data_levels, level_of, policy_metrics, round_level_metrics, round_metrics,
-                      startup_metrics, val_level_metrics)
+from .metrics import (PhaseTimer, behaviour_gap_metrics, data_levels, level_of, policy_metrics, round_level_metrics,
+                      round_metrics, startup_metrics, val_level_metrics, with_version_lag)
 from .progress import StepProgress, validation_bar
 from .run_plan import (RunPlan, check_context_length, check_lora_targets, check_memory_plan, model_config_json,
                        slowest_rank)
@@ -203,7 +203,7 @@ class Trainer:
         with timer("step"):
             rnd, metrics = self.take_round(timer)
             samples, results = rnd.samples, rnd.results
-            batch = collate_samples(samples, self.tokenizer.pad_token_id)
+            batch = with_version_lag(collate_samples(samples, self.tokenizer.pad_token_id), samples, self.step)
             check_failed_fraction(results, [s.verifier for s in samples], cfg.reward.max_failed_fraction,
                                   self.step + 1)
             verdicts = verdict_mask(results)  # failed responses: out of the advantages and the loss, counted
@@ -261,8 +261,8 @@ class Trainer:
             mask = loss_mask(batch)  # response tokens the policy produced (tool turns left out)
             ref = batch["ref_log_probs"] if passes.ref_log_probs else None
             metrics.update(policy_metrics(batch["old_log_probs"], ref, batch["entropy"], mask))
-            if self.plan.rollout_logprobs:
-                metrics.update(logprob_mismatch_stats(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+            if self.plan.rollout_logprobs:  # the engine's log-probs against the pass's: gap and importance weights
+                metrics.update(behaviour_gap_metrics(self.cfg, batch, mask))
         return batch
 
     def advantages(self, batch: Batch, scores: torch.Tensor, verdicts: torch.Tensor, rnd: Round,
@@ -296,7 +296,7 @@ class Trainer:
             update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
         self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
         if not self.plan.rollout_logprobs:  # without the engine's log-probs the mismatch means nothing
-            update = {k: v for k, v in update.items() if not k.startswith("rollout/logprob_diff")}
+            update = {k: v for k, v in update.items() if not k.startswith(("rollout/logprob_diff", "offpolicy/"))}
         metrics.update(update)
         metrics.update(self.source.publish(self.step + 1, timer))
         return metrics

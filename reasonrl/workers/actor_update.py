@@ -5,15 +5,23 @@ batch across ranks and micro-batches gives the same gradient.
 
 Without an old-log-prob pass (``config.passes.passes_needed``: one update per batch) the update's own first forward of
 each row stands in for it, and the update reports the metrics that pass would have given.
+
+Off-policy corrections (``algorithm.off_policy``): tis and mis weight the registered policy loss
+(``importance.correction_weights``); mis first drops the rows' rejected tokens from the loss mask (from the pass's
+old log-probs), so they leave every term of the actor's loss and its denominator; decoupled runs
+``decoupled_ppo_loss``.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Dict
 
 import torch
 
-from reasonrl.algorithms import aggregate_loss, kl_penalty, masked_sum, policy_loss, tis_weights
+from reasonrl.algorithms import (aggregate_loss, combine_sums, correction_weights, decoupled_ppo_loss, kl_penalty,
+                                 masked_sum, mis_weights, off_policy_metrics, off_policy_sums, policy_loss)
 from reasonrl.algorithms.aggregation import masked_fill_zero
+from reasonrl.config.algorithm_schema import reported_version_lags
 from reasonrl.data.batch import Batch
 from reasonrl.data.collate import loss_mask
 from reasonrl.data.micro_batches import loss_denominator
@@ -30,7 +38,11 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
     policy.model.train()
     norm_length = cfg.rollout.max_new_tokens
     own_old = "old_log_probs" not in batch  # no old-log-prob pass: this update reports what it would have
-    before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0}
+    before = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "diff": 0.0, "diff_max": 0.0, "off_policy": {}}
+    off = alg.off_policy
+    off_kwargs = asdict(off)  # correction, level, cap, lower, upper
+    if off.correction == "mis":  # the pass ran (config/passes.py): the rejected tokens leave the loss mask first
+        batch = without_rejected(batch, off)
     need_entropy = alg.entropy_coef != 0
 
     def micro_loss(mb: Batch, mask: torch.Tensor):
@@ -38,18 +50,23 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
         lp, ent = policy.mb_log_probs(mb, need_entropy or own_old)
         if own_old:
             _add_policy_sums(before, lp.detach(), ent.detach(), mb)
+            before["off_policy"] = combine_sums(before["off_policy"], off_policy_sums(
+                lp.detach(), mb["rollout_log_probs"], loss_mask(mb), **off_kwargs,
+                lag=mb["version_lag"] if "version_lag" in mb else None, lags=reported_version_lags(cfg)))
         # Without an old-log-prob pass the policy is still the one that scored the batch: its own log-probs,
         # detached, are the old ones (ratio 1).
         old_lp = mb["old_log_probs"] if "old_log_probs" in mb else lp.detach()
-        is_w = None
-        if alg.tis_mode != "off":
-            is_w = tis_weights(old_lp, mb["rollout_log_probs"], mask, alg.tis_mode, alg.tis_cap)
-        pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=old_lp,
-                                     advantages=mb["advantages"], mask=mask,
-                                     clip_low=alg.clip_ratio_low, clip_high=alg.clip_ratio_high,
-                                     clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
-                                     norm_length=norm_length, is_weights=is_w,
-                                     options=dict(alg.policy_loss_options))
+        clip = dict(advantages=mb["advantages"], mask=mask, clip_low=alg.clip_ratio_low,
+                    clip_high=alg.clip_ratio_high, clip_dual=alg.clip_ratio_dual, agg_mode=alg.loss_agg_mode,
+                    norm_length=norm_length)
+        if off.correction == "decoupled":
+            pg, pg_metrics = decoupled_ppo_loss(log_probs=lp, prox_log_probs=old_lp,
+                                                behav_log_probs=mb["rollout_log_probs"], cap=off.cap, **clip)
+        else:
+            is_w = correction_weights(prox_log_probs=old_lp, behav_log_probs=mb["rollout_log_probs"], mask=mask,
+                                      **off_kwargs)
+            pg, pg_metrics = policy_loss(alg.policy_loss, log_probs=lp, old_log_probs=old_lp, is_weights=is_w,
+                                         options=dict(alg.policy_loss_options), **clip)
         loss = pg
         if alg.use_kl_loss and "ref_log_probs" in mb:
             kl = aggregate_loss(kl_penalty(lp, mb["ref_log_probs"], alg.kl_loss_estimator), mask,
@@ -76,6 +93,7 @@ def policy_update(policy, batch: Batch, kl_coef: float) -> Dict[str, float]:
     metrics["actor/skipped_optimizer_steps"] = float(steps["skipped"])
     if own_old:
         metrics.update(_policy_metrics(before, "ref_log_probs" in batch, policy.device))
+        metrics.update(off_policy_metrics(_all_reduce_sums(before["off_policy"], policy.device)))
     metrics["actor/lr"] = policy.scheduler.get_last_lr()[0]
     return metrics
 
@@ -101,4 +119,28 @@ def _policy_metrics(sums: Dict[str, float], with_ref: bool, device: str) -> Dict
            "rollout/logprob_diff_max": all_reduce_max(sums["diff_max"], device)}
     if with_ref:
         out["actor/kl"] = all_reduce_sum(sums["kl"], device) / tokens
+    return out
+
+
+def without_rejected(batch: Batch, off) -> Batch:
+    """``batch`` with masked IS's rejected tokens (or sequences) out of its loss mask: their weight pi_prox / pi_behav
+    (from the pass's ``old_log_probs``) falls outside [off.lower, off.upper]."""
+    mask = loss_mask(batch)
+    _, kept = mis_weights(batch["old_log_probs"], batch["rollout_log_probs"], mask, off.level, off.lower, off.upper)
+    out = Batch(dict(batch.tensors), dict(batch.meta))
+    out["loss_mask"] = kept.to(mask.dtype)
+    return out
+
+
+def _all_reduce_sums(sums: Dict[str, float], device: str) -> Dict[str, float]:
+    """``off_policy_sums`` over all ranks (the keys are the same on every rank): ``_max`` keys by max, ``_min`` keys
+    by min (the max of the negated values), the others summed."""
+    out = {}
+    for key in sorted(sums):
+        if key.endswith("_max"):
+            out[key] = all_reduce_max(sums[key], device)
+        elif key.endswith("_min"):
+            out[key] = -all_reduce_max(-sums[key], device)
+        else:
+            out[key] = all_reduce_sum(sums[key], device)
     return out

@@ -68,9 +68,13 @@ def async_run(tmp_path_factory, ray_session, tiny_policy):
 def test_tis_is_on_by_default_in_async_mode():
     from reasonrl.config import load_config
 
-    assert load_config(TINY, cuda_available=False)[0].algorithm.tis_mode == "token"
-    assert load_config(TINY + ["algorithm.tis_mode=off"], cuda_available=False)[0].algorithm.tis_mode == "off"
-    assert load_config(["rollout.engine=hf"], cuda_available=False)[0].algorithm.tis_mode == "off"  # colocated
+    def correction(args):
+        off = load_config(args, cuda_available=False)[0].algorithm.off_policy
+        return off.correction, off.level
+
+    assert correction(TINY) == ("tis", "token")
+    assert correction(TINY + ["algorithm.off_policy.correction=none"])[0] == "none"
+    assert correction(["rollout.engine=hf"])[0] == "none"  # colocated
 
 
 def test_pack_unpack_and_bucket_plans_agree():

@@ -87,7 +87,7 @@ def test_tis_weights_carry_no_gradient_and_never_overflow():
 
 
 def test_tis_bad_input():
-    with pytest.raises(ValueError, match="unknown TIS mode"):
+    with pytest.raises(ValueError, match="unknown importance-sampling level"):
         tis_weights(OLD, ROLLOUT, MASK, "tok", cap=2.0)
     with pytest.raises(ValueError, match="cap must be positive"):
         tis_weights(OLD, ROLLOUT, MASK, "token", cap=0.0)

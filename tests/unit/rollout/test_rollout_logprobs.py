@@ -16,7 +16,7 @@ def cfg(*args):
 
 def test_auto_asks_only_for_tis_or_the_weight_sync_check():
     assert not rollout_logprobs_wanted(cfg())
-    assert rollout_logprobs_wanted(cfg("algorithm.tis_mode=token"))
+    assert rollout_logprobs_wanted(cfg("algorithm.off_policy.correction=tis"))
     assert rollout_logprobs_wanted(cfg("rollout.check_weight_sync=true"))
     assert rollout_logprobs_wanted(cfg("rollout.logprobs=true"))  # forced on: the mismatch metrics are logged
     assert not rollout_logprobs_wanted(cfg("rollout.logprobs=false", "rollout.check_weight_sync=true"))
@@ -24,7 +24,7 @@ def test_auto_asks_only_for_tis_or_the_weight_sync_check():
 
 def test_tis_without_rollout_logprobs_is_a_config_error():
     with pytest.raises(ConfigError, match="rollout.logprobs"):
-        load_config(["algorithm.tis_mode=sequence", "rollout.logprobs=false"], cuda_available=False)
+        load_config(["algorithm.off_policy.correction=mis", "rollout.logprobs=false"], cuda_available=False)
 
 
 def test_hf_engine_skips_log_probs_when_not_asked(model_path):
