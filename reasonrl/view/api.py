@@ -60,7 +60,7 @@ def samples(runs: List[Run], params: Mapping[str, str]) -> Dict[str, Any]:
     """``/api/samples?run=I&<filters>&offset=&limit=``: a page of the sample log (filters in ``view.samples``)."""
     run = pick_run(runs, params)
     try:
-        return run.samples.query(params)
+        return run.sample_query.query(params)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
 

@@ -240,6 +240,7 @@
 
   // ------------------------------------------------------------------ samples
   let sampleOffset = +(query.get("offset") || 0);
+  let indexPoll = null;
 
   function filterForm(facets) {
     const form = document.getElementById("sample-filters");
@@ -297,9 +298,14 @@
       return;
     }
     filterForm(page.facets);
+    const indexing = page.indexing && page.indexing.building ?
+      (page.indexing.lines_total ? ` · indexing ${page.indexing.lines_done} of ${page.indexing.lines_total} rows`
+        : " · indexing: counting the rows") : "";
     document.getElementById("sample-summary").textContent = `${page.total} of ${page.rows_in_log} samples match` +
       (page.total ? `; showing ${page.offset + 1}–${page.offset + page.rows.length}` : "") +
-      (page.skipped_lines ? ` · ${page.skipped_lines} line(s) of another shape skipped` : "");
+      (page.skipped_lines ? ` · ${page.skipped_lines} line(s) of another shape skipped` : "") + indexing;
+    clearTimeout(indexPoll);  // while the index is built, the counts and pages grow: ask again each second
+    if (indexing) indexPoll = setTimeout(() => { if (sampleOffset === offset) loadSamples(offset); }, 1000);
     document.getElementById("sample-rows").replaceChildren(...page.rows.map(sampleCard));
     const prev = el("button", { disabled: offset <= 0 }, "← previous"), next = el("button", { disabled: offset + page.limit >= page.total }, "next →");
     prev.onclick = () => loadSamples(Math.max(0, offset - page.limit));
