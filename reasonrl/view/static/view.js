@@ -277,7 +277,9 @@
     return el("article", { class: "sample verdict-" + r.verdict },
       el("div", { class: "meta" }, el("span", { class: "badge " + r.verdict }, r.verdict), ` step ${r.step}`,
         r.data_source ? ` · ${r.data_source}` : "", r.verifier ? ` · verifier ${r.verifier}` : "",
-        ` · reward ${r.reward}`, ` · ${len}`, r.finish_reason ? ` · finish ${r.finish_reason}` : ""),
+        ` · reward ${r.reward}`, ` · ${len}`, r.finish_reason ? ` · finish ${r.finish_reason}` : "",
+        INLINE || !r.prompt_key ? "" : el("a", { class: "across", href: `/prompt?run=${state.run}&key=${r.prompt_key}` },
+          "this prompt across steps")),
       el("div", { class: "reason" }, "reason: ", el("q", {}, r.reason || "")),
       el("details", { open: true }, el("summary", {}, "prompt"), el("pre", {}, r.prompt || "")),
       r.conversation ? el("details", { open: true, class: "conversation" }, el("summary", {}, "response (turns)"), turns(r.conversation))
