@@ -1,15 +1,20 @@
 """A headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: JSON messages ended
 by a NUL byte on file descriptors 3 and 4), with the standard library only: open a page, wait for a condition in it,
-click an element with real mouse events, read the DOM, take a screenshot. One browser serves many pages."""
+click an element with real mouse events, read the DOM, take a screenshot. ``chromium_browser``: one browser for the
+whole test session (a pytest plugin of conftest.py); Debian's ``chromium``, a skip without it (a failure under
+CI=true)."""
 from __future__ import annotations
 
 import base64
 import json
 import os
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
 
 
 class Chromium:
@@ -67,12 +72,15 @@ class Chromium:
                     return self.events.pop(i)["params"]
             self.events.append(self._read_message())
 
-    def open(self, url: str) -> "Tab":
+    def open(self, url: str, size: Optional[Tuple[int, int]] = None) -> "Tab":
+        """A new tab at ``url`` (its viewport ``size`` pixels when given), after the page's load event."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         tab = Tab(self, target, session)
         self.send("Page.enable", session=session)
         self.send("Page.setLifecycleEventsEnabled", {"enabled": True}, session)
+        if size:
+            tab.resize(*size)
         tab.go(url)
         return tab
 
@@ -135,6 +143,10 @@ class Tab:
     def html(self, selector: str = "html") -> str:
         return self.eval(f"document.querySelector({json.dumps(selector)}).outerHTML")
 
+    def resize(self, width: int, height: int) -> None:
+        self.browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                                 "deviceScaleFactor": 1, "mobile": False}, self.session)
+
     def screenshot(self, out: Path) -> Path:
         data = self.browser.send("Page.captureScreenshot", {"format": "png"}, self.session)["data"]
         out.write_bytes(base64.b64decode(data))
@@ -142,3 +154,23 @@ class Tab:
 
     def close(self) -> None:
         self.browser.send("Target.closeTarget", {"targetId": self.target})
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "chromium is not installed (apt-get install -y chromium; .ci/setup_sandboxes.sh installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def chromium_browser(tmp_path_factory) -> Iterator[Chromium]:
+    """One headless Chromium for the session's browser tests (each opens its own tabs)."""
+    browser = Chromium(chromium_path(), tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield browser
+    finally:
+        browser.close()

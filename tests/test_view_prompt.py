@@ -1,13 +1,11 @@
 """One prompt across steps in the run viewer: ``/api/prompt`` on a hand-written sample log (the samples of a prompt by
 step, the default pair, a word diff derived by hand, HTML escaped), bad parameters, and the page in a real headless
-Chromium (one browser for the module's tests, driven over the DevTools pipe): from a sample of the samples browser,
+Chromium (the session's one browser, driven over its DevTools pipe): from a sample of the samples browser,
 a click on "this prompt across steps", then a pair picked with the radio buttons and diffed."""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -107,24 +105,9 @@ def test_prompt_api_bad_parameters(served: str) -> None:
 
 
 # ---------------------------------------------------------------------- in a real browser
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory) -> Iterator[Chromium]:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        message = "chromium is not installed (apt-get install -y chromium; .ci/setup_sandboxes.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    chromium = Chromium(path, tmp_path_factory.mktemp("chromium-profile"))
-    try:
-        yield chromium
-    finally:
-        chromium.close()
-
-
 @pytest.mark.slow
-def test_click_through_to_the_prompt_across_steps(browser: Chromium, served: str, tmp_path: Path) -> None:
-    tab = browser.open(f"{served}/?step=3&verdict=correct#samples")
+def test_click_through_to_the_prompt_across_steps(chromium_browser: Chromium, served: str, tmp_path: Path) -> None:
+    tab = chromium_browser.open(f"{served}/?step=3&verdict=correct#samples")
     try:
         tab.wait_ready()
         assert tab.eval("document.querySelectorAll('article.sample').length") == 2
