@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 from chromium_cdp import Chromium, Tab
+from view_serving import get_json as get, serving
 
 from reasonrl.logging import make_logger
 from reasonrl.logging.sample_log import sample_log_row
@@ -27,7 +27,6 @@ from reasonrl.view.api import ApiError, metrics as metrics_api, samples as sampl
 from reasonrl.view.cli import main
 from reasonrl.view.export import export_html
 from reasonrl.view.runs import open_runs
-from reasonrl.view.server import make_server
 
 STEPS = 30
 RESPONSES_PER_STEP = 4
@@ -88,19 +87,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def served(run_dir: Path) -> Iterator[str]:
-    server = make_server(open_runs([run_dir]), port=0)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+    with serving(open_runs([run_dir])) as url:
+        yield url
 
 
 def snapshot(path: Path) -> Dict[str, Any]:
@@ -242,13 +230,8 @@ def served_two(run_dir: Path, tmp_path: Path) -> Iterator[str]:
     other = tmp_path / "other_run"
     shutil.copytree(run_dir, other)
     drop_rows_after(other / "metrics.jsonl", 10)
-    server = make_server(open_runs([run_dir, other]), port=0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(open_runs([run_dir, other])) as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -8,16 +8,15 @@ import itertools
 import json
 import random
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from view_serving import get_json as get, serving
 
 from reasonrl.view.runs import open_runs
 from reasonrl.view.sample_index import BATCH_LINES, SampleIndex
 from reasonrl.view.sample_query import SampleQuery, Slices
-from reasonrl.view.server import make_server
 
 ROWS = 200_000
 
@@ -42,11 +41,6 @@ def large_run(tmp_path_factory) -> Path:
     return run
 
 
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=60) as response:
-        return json.loads(response.read())
-
-
 def test_first_request_answers_while_indexing_and_counts_end_exact(large_run: Path) -> None:
     runs = open_runs([large_run])
     index = runs[0].samples
@@ -58,10 +52,8 @@ def test_first_request_answers_while_indexing_and_counts_end_exact(large_run: Pa
             assert release.wait(120)
 
     index.after_batch = hold_after_first_batch
-    server = make_server(runs, port=0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/api/samples?run=0"
-    try:
+    with serving(runs) as url:
+        base = f"{url}/api/samples?run=0"
         first = get(base)  # the indexer cannot finish before `release` is set: this answered first
         assert first["indexing"]["building"] and first["rows_in_log"] < ROWS
         assert first_batch.wait(120)
@@ -91,9 +83,6 @@ def test_first_request_answers_while_indexing_and_counts_end_exact(large_run: Pa
         # reason and length filters: timeout rows with length >= 45 (i % 50 in 45..49 and i % 10 == 9: i % 50 == 49)
         scanned = get(base + "&reason=TIME&len_min=45&offset=3&limit=2")
         assert scanned["total"] == ROWS // 50 and [r["response"] for r in scanned["rows"]] == ["r199", "r249"]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def brute_force(rows: List[Dict[str, Any]], params: Dict[str, str]) -> List[int]:

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 from chromium_cdp import Chromium
+from view_serving import get_json as get, serving
 
 from reasonrl.view.prompt_steps import word_diff
 from reasonrl.view.runs import open_runs
-from reasonrl.view.server import make_server
 
 P, Q = "What is 6*7? Answer in \\boxed{}.", "What is 2+6?"
 
@@ -46,18 +44,8 @@ def served(tmp_path: Path) -> Iterator[str]:
     run = tmp_path / "run"
     run.mkdir()
     (run / "samples.jsonl").write_text("".join(LOG))
-    server = make_server(open_runs([run]), port=0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+    with serving(open_runs([run])) as url:
+        yield url
 
 
 def error_of(url: str):
