@@ -307,7 +307,11 @@
       (page.total ? `; showing ${page.offset + 1}–${page.offset + page.rows.length}` : "") +
       (page.skipped_lines ? ` · ${page.skipped_lines} line(s) of another shape skipped` : "") + indexing;
     clearTimeout(indexPoll);  // while the index is built, the counts and pages grow: ask again each second
-    if (indexing) indexPoll = setTimeout(() => { if (sampleOffset === offset) loadSamples(offset); }, 1000);
+    if (indexing) indexPoll = setTimeout(function again() {
+      if (sampleOffset !== offset) return;  // another page was asked for meanwhile: it polls itself
+      const typing = document.getElementById("sample-filters").contains(document.activeElement);
+      if (typing) indexPoll = setTimeout(again, 1000); else loadSamples(offset);  // not under a filter being edited
+    }, 1000);
     document.getElementById("sample-rows").replaceChildren(...page.rows.map(sampleCard));
     const prev = el("button", { disabled: offset <= 0 }, "← previous"), next = el("button", { disabled: offset + page.limit >= page.total }, "next →");
     prev.onclick = () => loadSamples(Math.max(0, offset - page.limit));
