@@ -144,8 +144,10 @@ class Tab:
         return self.eval(f"document.querySelector({json.dumps(selector)}).outerHTML")
 
     def resize(self, width: int, height: int) -> None:
+        """A viewport of ``width`` x ``height`` pixels, all of it the page's (no scroll bars)."""
         self.browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
                                                                  "deviceScaleFactor": 1, "mobile": False}, self.session)
+        self.browser.send("Emulation.setScrollbarsHidden", {"hidden": True}, self.session)
 
     def screenshot(self, out: Path) -> Path:
         data = self.browser.send("Page.captureScreenshot", {"format": "png"}, self.session)["data"]
