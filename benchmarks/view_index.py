@@ -77,7 +77,8 @@ def main() -> None:
         built_s = time.perf_counter() - start
         pages = {}
         for name, query in (("unfiltered", ""), ("unfiltered_deep", "&offset=900000"),
-                            ("verdict_failed", "&verdict=failed"), ("verdict_wrong_deep", "&verdict=wrong&offset=200000"),
+                            ("verdict_failed", "&verdict=failed"),
+                            ("verdict_wrong_deep", "&verdict=wrong&offset=200000"),
                             ("verdict_and_verifier", "&verdict=wrong&verifier=code"),
                             ("step_range", "&step_min=100&step_max=120&verdict=correct"),
                             ("reason_first", "&reason=timeout"), ("reason_next_page", "&reason=timeout&offset=20"),
@@ -98,7 +99,8 @@ def main() -> None:
         "first_response_indexing": first["indexing"], "index_complete_s": round(built_s, 1),
         "index_array_bytes": index_bytes, "index_bytes_per_row": round(index_bytes / max(rows, 1), 1),
         "pages_after_build": pages,
-        "machine": {"cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version()},
+        "machine": {"cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+                    "python": platform.python_version()},
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "view_index.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -67,7 +67,8 @@ def samples(runs: List[Run], params: Mapping[str, str]) -> Dict[str, Any]:
 
 
 def prompt(runs: List[Run], params: Mapping[str, str]) -> Dict[str, Any]:
-    """``/api/prompt?run=I&key=K&a=P&b=P``: prompt K's samples by step and a word diff of two (``view.prompt_steps``)."""
+    """``/api/prompt?run=I&key=K&a=P&b=P``: prompt K's samples by step and a word diff of two
+    (``view.prompt_steps``)."""
     run = pick_run(runs, params)
     try:
         return prompt_across_steps(run.sample_query, params)

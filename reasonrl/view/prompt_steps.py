@@ -109,7 +109,8 @@ def prompt_across_steps(query: SampleQuery, params: Mapping[str, str]) -> Dict[s
     by_step: Dict[int, List[Dict[str, Any]]] = {}
     for s in samples:
         by_step.setdefault(s["step"], []).append(s)
-    out: Dict[str, Any] = {"key": key_hex(key), "steps": [{"step": k, "samples": v} for k, v in sorted(by_step.items())],
+    steps = [{"step": k, "samples": v} for k, v in sorted(by_step.items())]
+    out: Dict[str, Any] = {"key": key_hex(key), "steps": steps,
                            "samples": len(samples), "pair": None, "indexing": progress}
     first = query.read_rows([positions[0]])
     out["prompt"] = first[0].get("prompt") if first else None

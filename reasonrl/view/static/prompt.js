@@ -5,16 +5,7 @@
   "use strict";
   const query = new URLSearchParams(location.search);
 
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v);
-    }
-    for (const child of children.flat()) {
-      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
-    }
-    return node;
-  }
+  const el = window.reasonrlView.el;  // static/dom.js
 
   function describe(s) {
     return `step ${s.step} · ${s.verdict} · reward ${s.reward === null ? "none" : s.reward} · ${s.length} tokens`;
@@ -31,7 +22,8 @@
         el("span", { class: "badge " + s.verdict }, s.verdict), ` ${s.reward === null ? "–" : s.reward}`)))));
     const button = el("button", { id: "diff-pair", type: "submit" }, "diff a → b");
     const form = el("form", { id: "pair-form" }, el("table", { id: "steps" },
-      el("caption", {}, "each sample: verdict, reward; its left radio picks a (before), its right one b (after)"), rows),
+      el("caption", {}, "each sample: verdict, reward; its left radio picks a (before), its right one b (after)"),
+      rows),
       button);
     form.onsubmit = (e) => {
       e.preventDefault();
@@ -61,7 +53,8 @@
       label.textContent = "";
       diff.textContent = "one sample of this prompt: nothing to compare";
     }
-    const indexing = data.indexing.building ? ` · indexing ${data.indexing.lines_done} of ${data.indexing.lines_total} rows` : "";
+    const progress = data.indexing;
+    const indexing = progress.building ? ` · indexing ${progress.lines_done} of ${progress.lines_total} rows` : "";
     document.getElementById("status").textContent = `${data.samples} samples in ${data.steps.length} steps` + indexing;
     document.body.setAttribute("data-ready", "1");
   }

@@ -18,18 +18,7 @@
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22"];
   const DASHES = ["", "6 3", "2 2", "8 3 2 3"];
-  const SVGNS = "http://www.w3.org/2000/svg";
-
-  function el(tag, attrs, ...children) {
-    const node = tag.startsWith("svg:") ? document.createElementNS(SVGNS, tag.slice(4)) : document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v);
-    }
-    for (const child of children.flat()) {
-      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
-    }
-    return node;
-  }
+  const el = window.reasonrlView.el;  // static/dom.js
 
   function setQuery(changes) {
     for (const [k, v] of Object.entries(changes)) {
