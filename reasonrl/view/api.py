@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Mapping
 
 from .curves import X_AXES, chart_specs
 from .health import health
+from .prompt_steps import UnknownPrompt, prompt_across_steps
 from .runs import Run
 from .samples import number_param
 
@@ -60,9 +61,22 @@ def samples(runs: List[Run], params: Mapping[str, str]) -> Dict[str, Any]:
     """``/api/samples?run=I&<filters>&offset=&limit=``: a page of the sample log (filters in ``view.samples``)."""
     run = pick_run(runs, params)
     try:
-        return run.samples.query(params)
+        return run.sample_query.query(params)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
 
 
-ROUTES = {"/api/runs": runs_info, "/api/metrics": metrics, "/api/health": run_health, "/api/samples": samples}
+def prompt(runs: List[Run], params: Mapping[str, str]) -> Dict[str, Any]:
+    """``/api/prompt?run=I&key=K&a=P&b=P``: prompt K's samples by step and a word diff of two
+    (``view.prompt_steps``)."""
+    run = pick_run(runs, params)
+    try:
+        return prompt_across_steps(run.sample_query, params)
+    except UnknownPrompt as exc:
+        raise ApiError(404, str(exc)) from None
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+ROUTES = {"/api/runs": runs_info, "/api/metrics": metrics, "/api/health": run_health, "/api/samples": samples,
+          "/api/prompt": prompt}

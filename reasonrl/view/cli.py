@@ -35,6 +35,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror or exc})", file=sys.stderr)
         return 2
+    for run in runs:  # a large sample log starts indexing now, in the background (view.sample_index)
+        run.samples.refresh()
     host, port = server.server_address[:2]
     print(f"reasonrl view: http://{host}:{port}/  ({len(runs)} run(s); Ctrl-C stops)", flush=True)
     try:

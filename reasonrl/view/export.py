@@ -22,7 +22,7 @@ def export_html(runs: List[Run], out: Path, sample_rows: int = EXPORT_SAMPLE_ROW
         "info": api.runs_info(runs, {}),
         "metrics": [api.metrics(runs, {"run": str(i), "since": "0"}) for i in range(len(runs))],
         "health": [api.run_health(runs, {"run": str(i)}) for i in range(len(runs))],
-        "samples": [r.samples.head(sample_rows) for r in runs],
+        "samples": [r.sample_query.head(sample_rows) for r in runs],
     }
     out = Path(out)
     out.write_text(page_html(inline_data=data), encoding="utf-8")

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .checkpoints import checkpoint_rows
 from .metrics_log import MetricsLog
-from .samples import SampleIndex
+from .sample_index import SampleIndex
 
 
 def _series(records: Sequence[Dict[str, Any]], key: str) -> List[Tuple[int, float]]:

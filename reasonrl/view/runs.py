@@ -9,7 +9,8 @@ from typing import List, Sequence
 from reasonrl.logging.sample_log import SAMPLE_LOG
 
 from .metrics_log import METRICS_FILE, MetricsLog
-from .samples import SampleIndex
+from .sample_index import SampleIndex
+from .sample_query import SampleQuery
 
 RUN_MARKERS = (METRICS_FILE, SAMPLE_LOG, "checkpoints")
 
@@ -26,10 +27,12 @@ class Run:
     path: Path
     metrics: MetricsLog = field(init=False)
     samples: SampleIndex = field(init=False)
+    sample_query: SampleQuery = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = MetricsLog(self.path)
         self.samples = SampleIndex(self.path)
+        self.sample_query = SampleQuery(self.samples)
 
 
 def check_run_dir(path: str | Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Any, List
 from urllib.parse import parse_qsl, urlsplit
 
 from .api import ROUTES, ApiError
-from .page import page_html
+from .page import page_html, prompt_page_html
 from .runs import Run
 
 STATIC = Path(__file__).parent / "static"
@@ -43,6 +43,8 @@ def make_handler(runs: List[Run], quiet: bool = True) -> type:
                     self._json(200, ROUTES[url.path](runs, params))
                 except ApiError as exc:
                     self._json(exc.status, {"error": str(exc)})
+            elif url.path == "/prompt":
+                self._send(200, prompt_page_html().encode(), "text/html; charset=utf-8")
             elif url.path == "/" or url.path.startswith("/run/"):
                 self._send(200, page_html().encode(), "text/html; charset=utf-8")
             elif url.path[len("/static/"):] in static_files():

@@ -18,18 +18,7 @@
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22"];
   const DASHES = ["", "6 3", "2 2", "8 3 2 3"];
-  const SVGNS = "http://www.w3.org/2000/svg";
-
-  function el(tag, attrs, ...children) {
-    const node = tag.startsWith("svg:") ? document.createElementNS(SVGNS, tag.slice(4)) : document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v);
-    }
-    for (const child of children.flat()) {
-      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
-    }
-    return node;
-  }
+  const el = window.reasonrlView.el;  // static/dom.js
 
   function setQuery(changes) {
     for (const [k, v] of Object.entries(changes)) {
@@ -240,6 +229,7 @@
 
   // ------------------------------------------------------------------ samples
   let sampleOffset = +(query.get("offset") || 0);
+  let indexPoll = null;
 
   function filterForm(facets) {
     const form = document.getElementById("sample-filters");
@@ -276,7 +266,9 @@
     return el("article", { class: "sample verdict-" + r.verdict },
       el("div", { class: "meta" }, el("span", { class: "badge " + r.verdict }, r.verdict), ` step ${r.step}`,
         r.data_source ? ` · ${r.data_source}` : "", r.verifier ? ` · verifier ${r.verifier}` : "",
-        ` · reward ${r.reward}`, ` · ${len}`, r.finish_reason ? ` · finish ${r.finish_reason}` : ""),
+        ` · reward ${r.reward}`, ` · ${len}`, r.finish_reason ? ` · finish ${r.finish_reason}` : "",
+        INLINE || !r.prompt_key ? "" : el("a", { class: "across", href: `/prompt?run=${state.run}&key=${r.prompt_key}` },
+          "this prompt across steps")),
       el("div", { class: "reason" }, "reason: ", el("q", {}, r.reason || "")),
       el("details", { open: true }, el("summary", {}, "prompt"), el("pre", {}, r.prompt || "")),
       r.conversation ? el("details", { open: true, class: "conversation" }, el("summary", {}, "response (turns)"), turns(r.conversation))
@@ -297,9 +289,18 @@
       return;
     }
     filterForm(page.facets);
+    const indexing = page.indexing && page.indexing.building ?
+      (page.indexing.lines_total ? ` · indexing ${page.indexing.lines_done} of ${page.indexing.lines_total} rows`
+        : " · indexing: counting the rows") : "";
     document.getElementById("sample-summary").textContent = `${page.total} of ${page.rows_in_log} samples match` +
       (page.total ? `; showing ${page.offset + 1}–${page.offset + page.rows.length}` : "") +
-      (page.skipped_lines ? ` · ${page.skipped_lines} line(s) of another shape skipped` : "");
+      (page.skipped_lines ? ` · ${page.skipped_lines} line(s) of another shape skipped` : "") + indexing;
+    clearTimeout(indexPoll);  // while the index is built, the counts and pages grow: ask again each second
+    if (indexing) indexPoll = setTimeout(function again() {
+      if (sampleOffset !== offset) return;  // another page was asked for meanwhile: it polls itself
+      const typing = document.getElementById("sample-filters").contains(document.activeElement);
+      if (typing) indexPoll = setTimeout(again, 1000); else loadSamples(offset);  // not under a filter being edited
+    }, 1000);
     document.getElementById("sample-rows").replaceChildren(...page.rows.map(sampleCard));
     const prev = el("button", { disabled: offset <= 0 }, "← previous"), next = el("button", { disabled: offset + page.limit >= page.total }, "next →");
     prev.onclick = () => loadSamples(Math.max(0, offset - page.limit));

@@ -3,6 +3,7 @@ metrics.jsonl and sample log, save_checkpoint), the CLI's bad input, the export,
 Chromium (slow)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -10,13 +11,14 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from chromium_cdp import Chromium, Tab
+from view_serving import get_json as get, serving
 
 from reasonrl.logging import make_logger
 from reasonrl.logging.sample_log import sample_log_row
@@ -25,7 +27,6 @@ from reasonrl.view.api import ApiError, metrics as metrics_api, samples as sampl
 from reasonrl.view.cli import main
 from reasonrl.view.export import export_html
 from reasonrl.view.runs import open_runs
-from reasonrl.view.server import make_server
 
 STEPS = 30
 RESPONSES_PER_STEP = 4
@@ -86,19 +87,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def served(run_dir: Path) -> Iterator[str]:
-    server = make_server(open_runs([run_dir]), port=0)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+    with serving(open_runs([run_dir])) as url:
+        yield url
 
 
 def snapshot(path: Path) -> Dict[str, Any]:
@@ -218,30 +208,20 @@ def test_export_is_self_contained(run_dir: Path, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- the page in a real browser
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        message = "chromium is not installed (apt-get install -y chromium; .ci/setup_sandboxes.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def browser(*args: str) -> str:
-    """Run headless Chromium with ``args`` (a URL last) and return its stdout; the page's script gets 5 s of
-    virtual time, so it has loaded its data before the DOM is dumped."""
-    proc = subprocess.run([chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--virtual-time-budget=5000",
-                           "--user-data-dir=" + os.environ.get("TMPDIR", "/tmp") + f"/view-chromium-{os.getpid()}",
-                           *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
-def screenshot(url: str, out: Path) -> Path:
-    """A PNG of the page at ``url`` (docs/view.png is made this way: REASONRL_VIEW_PNG=docs/view.png)."""
-    browser(f"--screenshot={out}", "--window-size=1320,1500", "--hide-scrollbars", url)
-    return out
+@contextlib.contextmanager
+def tab_at(browser: Chromium, url: str, failure_png: Path, size=(1280, 1200)) -> Iterator[Tab]:
+    """A tab of the session's Chromium at ``url`` once the page has its data (``data-ready``); a screenshot of it
+    when the test fails in it."""
+    tab = browser.open(url, size)
+    try:
+        tab.wait_ready()
+        yield tab
+    except BaseException:
+        tab.screenshot(failure_png)
+        print(f"screenshot: {failure_png}")
+        raise
+    finally:
+        tab.close()
 
 
 @pytest.fixture()
@@ -250,37 +230,37 @@ def served_two(run_dir: Path, tmp_path: Path) -> Iterator[str]:
     other = tmp_path / "other_run"
     shutil.copytree(run_dir, other)
     drop_rows_after(other / "metrics.jsonl", 10)
-    server = make_server(open_runs([run_dir, other]), port=0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(open_runs([run_dir, other])) as url:
+        yield url
 
 
 @pytest.mark.slow
-def test_page_in_chromium(served_two: str, tmp_path: Path) -> None:
+def test_page_in_chromium(served_two: str, chromium_browser: Chromium, tmp_path: Path) -> None:
     served = served_two
-    page = browser("--dump-dom", f"{served}/?verdict=failed&x=samples")
+    with tab_at(chromium_browser, f"{served}/?verdict=failed&x=samples", tmp_path / "failed.png") as tab:
+        page = tab.html()
     assert 'data-ready="1"' in page
     assert page.count('class="series"') >= 20  # curves drawn as SVG paths (reward, accuracy, KL, ...) for 2 runs
     assert 'id="chart-reward"' in page and 'id="chart-timing"' in page and "responses trained on" in page
     assert 'data-run="1"' in page and "other_run · reward/mean = 0.333" in page  # the second run overlaid: 10/30
     assert page.count('<article class="sample') == 1 and "timeout after 5.0 s in the sandbox" in page
-    unfiltered = browser("--dump-dom", f"{served}/run/0")
+    with tab_at(chromium_browser, f"{served}/run/0", tmp_path / "failed.png") as tab:
+        unfiltered = tab.html()
     assert unfiltered.count('<article class="sample') == 20  # one page of the 62 rows
     assert "damaged" in unfiltered and "verifies" in unfiltered
-    png = screenshot(f"{served}/?smooth=3", tmp_path / "view.png")
+    # docs/view.png is made this way: REASONRL_VIEW_PNG=docs/view.png
+    with tab_at(chromium_browser, f"{served}/?smooth=3", tmp_path / "failed.png", size=(1320, 1500)) as tab:
+        png = tab.screenshot(tmp_path / "view.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("REASONRL_VIEW_PNG"):
         shutil.copy(png, os.environ["REASONRL_VIEW_PNG"])
 
 
 @pytest.mark.slow
-def test_export_in_chromium(run_dir: Path, tmp_path: Path) -> None:
+def test_export_in_chromium(run_dir: Path, chromium_browser: Chromium, tmp_path: Path) -> None:
     out = export_html(open_runs([run_dir]), tmp_path / "run.html")
-    page = browser("--dump-dom", out.as_uri() + "?verdict=failed")
+    with tab_at(chromium_browser, out.as_uri() + "?verdict=failed", tmp_path / "failed.png") as tab:
+        page = tab.html()
     assert page.count('class="series"') >= 10 and page.count('<article class="sample') == 1
     assert "timeout after 5.0 s in the sandbox" in page
 
