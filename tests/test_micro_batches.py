@@ -90,7 +90,8 @@ def update_gradient(policy: str, mode: str, *overrides: str):
                          cuda_available=False)
     worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
                                    master_port=free_port(), num_threads=1)
-    metrics = policy_update(worker.policy, batch, worker.cfg.algorithm.kl_coef)  # leaves the mini-batch's gradients on the parameters
+    # the update without the offload moves, the last mini-batch's gradients left on the parameters
+    metrics = policy_update(worker.policy, batch, worker.cfg.algorithm.kl_coef)
     grads = {n: p.grad.full_tensor().clone() for n, p in worker.policy.model.named_parameters() if p.grad is not None}
     return grads, metrics
 
