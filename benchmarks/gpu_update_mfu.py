@@ -85,10 +85,10 @@ def path_check(worker, batch: Batch, rows: int) -> Dict[str, float]:
     """Fused vs full-logits log-probs and entropy of the same ``rows`` rows with the same weights (no grad)."""
     mb = batch.select(range(rows)).to(worker.device)
     args = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"])
-    worker.actor.eval()
+    worker.policy.model.eval()
     with torch.no_grad():
-        lp0, ent0 = forward_module.response_log_probs(worker.actor, *args, with_entropy=True, fused=False)
-        lp1, ent1 = forward_module.response_log_probs(worker.actor, *args, with_entropy=True, fused=True)
+        lp0, ent0 = forward_module.response_log_probs(worker.policy.model, *args, with_entropy=True, fused=False)
+        lp1, ent1 = forward_module.response_log_probs(worker.policy.model, *args, with_entropy=True, fused=True)
     return {"log_prob_max_abs_diff": float((lp0 - lp1).abs().max()),
             "log_prob_mean_abs_diff": float((lp0 - lp1).abs().mean()),
             "entropy_max_abs_diff": float((ent0 - ent1).abs().max()), "rows": rows}
@@ -102,17 +102,17 @@ def profile_update(worker, batch: Batch, rows: int) -> Dict[str, Any]:
     args = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"])
     on_gpu = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    worker.actor.train()
-    forward_module.response_log_probs(worker.actor, *args, fused=True)[0].sum().backward()  # warm
-    worker.optimizer.zero_grad(set_to_none=True)
+    worker.policy.model.train()
+    forward_module.response_log_probs(worker.policy.model, *args, fused=True)[0].sum().backward()  # warm
+    worker.policy.optimizer.zero_grad(set_to_none=True)
     sync()
     with profile(activities=activities) as prof:
         start = time.perf_counter()
-        lp, _ = forward_module.response_log_probs(worker.actor, *args, fused=True)
+        lp, _ = forward_module.response_log_probs(worker.policy.model, *args, fused=True)
         (lp * mb["response_mask"]).sum().backward()
         sync()
         seconds = time.perf_counter() - start
-    worker.optimizer.zero_grad(set_to_none=True)
+    worker.policy.optimizer.zero_grad(set_to_none=True)
     sort_key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
     return {"rows": rows, "seconds": seconds,
             "top_ops": prof.key_averages().table(sort_by=sort_key, row_limit=25, max_name_column_width=60)}
@@ -128,9 +128,9 @@ def offload_round_trip(worker, repeats: int = 2) -> Dict[str, Any]:
     rounds = []
     for _ in range(repeats):
         before = allocated()
-        off_params, off_optim = offload_fsdp_model(worker.actor), offload_optimizer(worker.optimizer)
+        off_params, off_optim = offload_fsdp_model(worker.policy.model), offload_optimizer(worker.policy.optimizer)
         during = allocated()
-        on_params, on_optim = onload_fsdp_model(worker.actor, device), onload_optimizer(worker.optimizer, device)
+        on_params, on_optim = onload_fsdp_model(worker.policy.model, device), onload_optimizer(worker.policy.optimizer, device)
         rounds.append({"offload_params_s": off_params, "offload_optimizer_s": off_optim, "onload_params_s": on_params,
                        "onload_optimizer_s": on_optim, "allocated_gib_before": before,
                        "allocated_gib_offloaded": during, "allocated_gib_after": allocated()})

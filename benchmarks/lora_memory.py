@@ -73,15 +73,17 @@ def batch():
 
 def measure(model_path: str, extra: List[str], repeats: int) -> Dict[str, float]:
     """One worker's memory after an update and its sync times."""
+    from reasonrl.workers.actor_update import policy_update
+
     start = time.perf_counter()
     worker = make_worker(model_path, extra)
     init_s = time.perf_counter() - start
     b = batch()
     b = b.union(worker.compute_log_probs(b)).union(worker.compute_ref_log_probs(b))
-    worker._update_actor(b, 0.001)  # leaves the gradients in place, so they are counted
-    actor_params = list(worker.actor.parameters())
-    ref_params = [] if worker.ref is worker.actor else list(worker.ref.parameters())
-    optim_state = [v for s in worker.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    policy_update(worker.policy, b, 0.001)  # leaves the gradients in place, so they are counted
+    actor_params = list(worker.policy.model.parameters())
+    ref_params = [] if worker.ref_policy.model is worker.policy.model else list(worker.ref_policy.model.parameters())
+    optim_state = [v for s in worker.policy.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     grads = [p.grad for p in actor_params]
     out = {
         "init_s": round(init_s, 1),
@@ -102,7 +104,7 @@ def measure(model_path: str, extra: List[str], repeats: int) -> Dict[str, float]
     out["check_logprob_diff_max"] = check["weight_sync/logprob_diff_max"]
     if "weight_sync/engine_vs_base_max" in check:
         out["check_engine_vs_base_max"] = check["weight_sync/engine_vs_base_max"]
-    worker.engine.shutdown()
+    worker.host.engine.shutdown()
     return out
 
 

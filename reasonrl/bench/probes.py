@@ -89,11 +89,11 @@ class BenchWorker(ActorRolloutRefWorker):
     def bench_sync_check(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Max / mean |engine - actor| log-prob of ``response_ids`` given ``prompt_ids`` (nats)."""
         self._wake_engine(SLEEP_PARTS)
-        engine_lp = torch.tensor(self.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0])
+        engine_lp = torch.tensor(self.host.engine.sequence_logprobs([list(prompt_ids)], [list(response_ids)])[0])
         ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
         pos = torch.arange(ids.shape[1], device=self.device)[None]
-        self.actor.eval()
-        actor_lp, _ = response_log_probs(self.actor, ids, torch.ones_like(ids), pos,
+        self.policy.model.eval()
+        actor_lp, _ = response_log_probs(self.policy.model, ids, torch.ones_like(ids), pos,
                                          torch.tensor([list(response_ids)], device=self.device))
         diff = (actor_lp[0].float().cpu() - engine_lp.float()).abs()
         return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
@@ -109,7 +109,7 @@ class BenchWorker(ActorRolloutRefWorker):
         ``actor.offload_params`` has offloaded it: the eleventh session's 7B run failed here with a CUDA generator)."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
         count = 0
-        for p in self.actor.parameters():
+        for p in self.policy.model.parameters():
             if not p.requires_grad:
                 continue
             local = p.to_local() if hasattr(p, "to_local") else p
@@ -124,25 +124,25 @@ class BenchWorker(ActorRolloutRefWorker):
         (``reasonrl.bench.lengths.with_per_sample_lengths`` on this worker's ``LLM`` instance). ``lengths`` are the whole
         batch's, in sample order; each engine takes the slice of the prompts it is given (split by engine, as
         ``generate`` splits them). Returns the count this rank took."""
-        if self.engine is None or not hasattr(self.engine, "llm"):
+        if self.host is None or not hasattr(self.host.engine, "llm"):
             raise ValueError("per-sample response lengths need the vLLM engine (rollout.engine=vllm)")
         from reasonrl.bench.lengths import with_per_sample_lengths
 
         tp = self.cfg.rollout.tensor_parallel_size
         share = len(lengths) // (self.world_size // tp)
         mine = lengths[(self.rank // tp) * share:][:share]
-        self.engine.llm.generate = with_per_sample_lengths(type(self.engine.llm).generate.__get__(self.engine.llm),
+        self.host.engine.llm.generate = with_per_sample_lengths(type(self.host.engine.llm).generate.__get__(self.host.engine.llm),
                                                            mine)
         return len(mine)
 
     @dispatch(ONE_TO_ALL)
     def bench_engine_facts(self) -> Dict[str, Any]:
         """The vLLM engine's memory share, KV-cache size and scheduler limits (``reasonrl.bench.engine_facts.vllm_engine_facts``)."""
-        if self.engine is None or not hasattr(self.engine, "llm"):
+        if self.host is None or not hasattr(self.host.engine, "llm"):
             return {"error": "no vLLM engine"}
         from reasonrl.bench.engine_facts import vllm_engine_facts
 
-        return vllm_engine_facts(self.engine.llm)
+        return vllm_engine_facts(self.host.engine.llm)
 
     @dispatch(SPLIT_BY_ENGINE)
     def bench_raw_generate(self, prompts: Batch, n: int, max_tokens: int) -> Batch:
@@ -152,11 +152,11 @@ class BenchWorker(ActorRolloutRefWorker):
         from vllm.inputs import TokensPrompt
 
         self._wake_engine(SLEEP_PARTS)
-        self.engine.finish_weight_update()
+        self.host.engine.finish_weight_update()
         params = VSamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=True)
         _sync()
         start = time.perf_counter()
-        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts["prompt_ids"]],
+        outs = self.host.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts["prompt_ids"]],
                                         params, use_tqdm=False)
         _sync()
         seconds = time.perf_counter() - start
@@ -179,19 +179,19 @@ class BenchWorker(ActorRolloutRefWorker):
         sort_key = "self_cuda_time_total" if self.device == "cuda" else "self_cpu_time_total"
         out: Dict[str, Any] = {"rows": rows, "tokens": int(ids.numel())}
         for name, train in (("log_probs_no_grad", False), ("update_fwd_bwd", True)):
-            self.actor.train(train)
+            self.policy.model.train(train)
             _sync()
             with profile(activities=activities) as prof:
                 start = time.perf_counter()
                 if train:
-                    lp, _ = response_log_probs(self.actor, *args, with_entropy=False)
+                    lp, _ = response_log_probs(self.policy.model, *args, with_entropy=False)
                     lp.sum().backward()
                 else:
                     with torch.no_grad():
-                        response_log_probs(self.actor, *args, with_entropy=True)
+                        response_log_probs(self.policy.model, *args, with_entropy=True)
                 _sync()
                 seconds = time.perf_counter() - start
-            self.optimizer.zero_grad(set_to_none=True)
+            self.policy.optimizer.zero_grad(set_to_none=True)
             out[name] = {"seconds": seconds,
                          "top_ops": prof.key_averages().table(sort_by=sort_key, row_limit=30, max_name_column_width=60)}
         self._wake_engine(SLEEP_PARTS)

@@ -1,11 +1,12 @@
-"""Rollout sources: where a step's round comes from and where the new weights go.
+"""The rollout sources, side by side: each implements ``rollout_source.RolloutSource`` (the members the loop calls);
+what they share is plain functions (``generate_verified`` here, ``streaming``).
 
 The loop (``Trainer.train_step``) opens with ``source.next_round`` and ends with ``source.publish``; everything in
 between is the same in both modes.
 
 * ``ColocatedSource``: the engines live in the actor workers. A round is generated when the step asks for it; before
-  the update the engines sleep (``before_update``), after it the new weights are loaded into them in place
-  (``publish``), or they wake as they were when the update was skipped (``keep_weights``).
+  the update the engines sleep (``release_devices``), after it the new weights are loaded into them in place
+  (``publish``), or they wake as they were when the update was skipped (``publish(None)``).
 * ``AsyncSource`` (``trainer.mode=async``, ``async_rollout.*``): rollout workers on their own devices generate
   ``plan.steps_ahead`` rounds ahead; a collector thread reads each round's sub-batches as the engines finish them and
   hands them to the verifier pool, so generation and verification overlap training. ``publish`` broadcasts the new
@@ -30,6 +31,7 @@ from reasonrl.data.sample import Round, Sample, attach_results, samples_from_gen
 from reasonrl.fault_points import arrive, run_in_actor
 
 from .metrics import PhaseTimer
+from .rollout_source import RolloutSource
 from .streaming import collect_stream, generate_and_verify, mark_env_failures, prompt_batch, reward_items
 
 PENDING_ROUNDS = "pending_rounds.pkl"
@@ -39,12 +41,23 @@ Draw = Callable[[], Tuple[List[Any], List[int]]]
 """The next training prompts and their dataset positions (the trainer's sampler over its data)."""
 
 
+def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any], pool, reward_cfg) -> List[Sample]:
+    """One response per prompt from the worker group ``engines`` (padded so every engine gets the same count),
+    verified; the padding is dropped."""
+    real = list(prompts)
+    padded = real + [real[-1]] * ((-len(real)) % engines.engines)
+    samples = [s for s in samples_from_generation(padded, engines.generate(prompt_batch(padded), sampling))
+               if s.group < len(real)]
+    items = reward_items(samples, reward_cfg)
+    attach_results(samples, items, pool.verify_batch(items))
+    return mark_env_failures(samples)
+
+
 class ColocatedSource:
-    """Rounds from the engines inside the actor workers (see the module docstring)."""
+    """Rounds from the engines inside the actor workers (see the module docstring); a ``RolloutSource``."""
 
     def __init__(self, workers, pool, plan, reward_cfg, draw: Draw) -> None:
-        self.engines, self.workers, self.pool, self.plan, self.reward_cfg, self.draw = \
-            workers, workers, pool, plan, reward_cfg, draw
+        self.workers, self.pool, self.plan, self.reward_cfg, self.draw = workers, pool, plan, reward_cfg, draw
 
     def start(self, step: int) -> None:
         """The engines at the weights of ``step`` (a resumed run's workers loaded them; nothing runs ahead)."""
@@ -54,7 +67,7 @@ class ColocatedSource:
     def next_round(self, step: int, timer: PhaseTimer) -> Round:
         """The next ``data.train_batch_size`` prompts, ``rollout.n`` responses each, verified (rollout + verify)."""
         prompts, indices = self.draw()
-        samples = generate_and_verify(self.engines, prompts, self.plan.training_sampling, self.pool, self.reward_cfg,
+        samples = generate_and_verify(self.workers, prompts, self.plan.training_sampling, self.pool, self.reward_cfg,
                                       self.plan.stream_chunk_prompts, timer)
         return Round(prompts, samples, indices)
 
@@ -62,33 +75,23 @@ class ColocatedSource:
         return {}
 
     def generate_verified(self, prompts: Sequence[Any], sampling: Dict[str, Any]) -> List[Sample]:
-        """One response per prompt (padded so every engine gets the same count), verified; the padding is dropped."""
-        real = list(prompts)
-        padded = real + [real[-1]] * ((-len(real)) % self.engines.engines)
-        samples = [s for s in samples_from_generation(padded, self.engines.generate(prompt_batch(padded), sampling))
-                   if s.group < len(real)]
-        items = reward_items(samples, self.reward_cfg)
-        attach_results(samples, items, self.pool.verify_batch(items))
-        return mark_env_failures(samples)
+        return generate_verified(self.workers, prompts, sampling, self.pool, self.reward_cfg)
 
-    def before_update(self, timer: PhaseTimer) -> None:
+    def release_devices(self, timer: PhaseTimer) -> None:
+        """The engines sleep (their weights and KV cache freed where the engine can) while the actor trains."""
         with timer("sleep"):
             self.workers.sleep_engine()
 
-    def publish(self, version: int, timer: PhaseTimer) -> Dict[str, float]:
-        """The actor's new weights into the colocated engines."""
+    def publish(self, version: Optional[int], timer: PhaseTimer) -> Dict[str, float]:
+        """The actor's new weights into the colocated engines (woken on the way); ``None``: the engines wake as they
+        were."""
+        if version is None:
+            with timer("wake"):
+                self.workers.wake_engine()
+            return {}
         with timer("weight_sync"):
             sync = self.workers.sync_weights()
         return {"weight_sync/bytes": sync[0]["bytes"]}
-
-    def keep_weights(self, timer: PhaseTimer) -> None:
-        """No update this step: the engines come back as they were."""
-        with timer("wake"):
-            self.workers.wake_engine()
-
-    def groups(self) -> List[Any]:
-        """Worker groups of the source's own (the actor group is the trainer's)."""
-        return []
 
     def save(self, directory: str) -> None:
         """Nothing is ahead of the loop: the data position is the sampler's."""
@@ -100,12 +103,13 @@ class ColocatedSource:
         pass
 
 
-class AsyncSource(ColocatedSource):
-    """Rounds generated ahead by rollout workers of their own (see the module docstring)."""
+class AsyncSource:
+    """Rounds generated ahead by rollout workers of their own (see the module docstring); a ``RolloutSource``."""
 
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, total_steps: int) -> None:
-        super().__init__(workers, pool, plan, reward_cfg, draw)
-        self.engines, self.rollouts, self.total_steps = rollouts, rollouts, total_steps
+        self.workers, self.rollouts, self.pool, self.plan, self.reward_cfg, self.draw = \
+            workers, rollouts, pool, plan, reward_cfg, draw
+        self.total_steps = total_steps
         rollouts.call_error = RolloutWorkerError
         self.weight_specs = workers.weight_specs()
         host, port = workers.open_weight_transfer()
@@ -173,24 +177,24 @@ class AsyncSource(ColocatedSource):
         samples = collect_stream(self.rollouts, streams, prompts, self.pool, self.reward_cfg, timer)
         return Round(prompts, samples, indices), timer.seconds
 
-    def before_update(self, timer: PhaseTimer) -> None:
-        """The rollout workers keep generating while the actor trains."""
+    def generate_verified(self, prompts: Sequence[Any], sampling: Dict[str, Any]) -> List[Sample]:
+        """On the rollout workers' engines."""
+        return generate_verified(self.rollouts, prompts, sampling, self.pool, self.reward_cfg)
 
-    def keep_weights(self, timer: PhaseTimer) -> None:
-        pass
+    def release_devices(self, timer: PhaseTimer) -> None:
+        """The rollout workers are on devices of their own: they keep generating while the actor trains."""
 
-    def publish(self, version: int, timer: PhaseTimer) -> Dict[str, float]:
+    def publish(self, version: Optional[int], timer: PhaseTimer) -> Dict[str, float]:
         """Actor rank 0 broadcasts the weights of ``version``; the rollout workers load them (watched as the phase
-        ``weight_broadcast``)."""
+        ``weight_broadcast``). ``None``: nothing to send."""
+        if version is None:
+            return {}
         with timer("weight_sync"):
             sent = wait_watched("weight_broadcast",
                                 [(self.workers, self.workers.submit("send_weights", self.weight_specs)),
                                  (self.rollouts, self.rollouts.submit("receive_weights", self.weight_specs, version))],
                                 f"syncing the weights of version {version}")
         return {"weight_sync/bytes": sent[0]["bytes"]}
-
-    def groups(self) -> List[Any]:
-        return [self.rollouts]
 
     def save(self, directory: str) -> None:
         """The rounds ahead of the loop (waited for: they are what the next steps train on) and the engines' random
@@ -215,7 +219,7 @@ class AsyncSource(ColocatedSource):
         self.rollouts.shutdown()
 
 
-def make_source(plan, groups, pool, cfg, draw: Draw):
+def make_source(plan, groups, pool, cfg, draw: Draw) -> RolloutSource:
     """The plan's source over the started ``groups`` (``backends.Groups``)."""
     if plan.is_async:
         return AsyncSource(groups.actor, groups.rollouts, pool, plan, cfg.reward, draw, cfg.trainer.total_steps)

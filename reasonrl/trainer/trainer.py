@@ -4,7 +4,7 @@ round (rollout -> verify, from the rollout source) -> old log-probs -> ref log-p
 publish the weights (through the source),
 
 each phase under a timer (``timing_s/<phase>``), all metrics of a step in one dict. The same loop serves both modes:
-the source (``sources.ColocatedSource`` or ``sources.AsyncSource``, from the plan's mode) is the only difference.
+the only difference is the source (the plan mode's ``rollout_source.RolloutSource``; the loop calls only its members).
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class Trainer:
         self.logger = make_logger(cfg.trainer.logger, str(self.run_dir), to_dict(cfg), cfg.trainer.project,
                                   cfg.trainer.experiment)
         groups = backend.start(cfg, plan, self.model_path, self.startup)
-        self.workers, self.critic = groups.actor, groups.critic
+        self.workers, self.critic, self.rollouts = groups.actor, groups.critic, groups.rollouts
         self.worker_info = groups.actor_info
         engine_starts = [i["engine_start_s"] for i in self.worker_info if i.get("engine_start_s") is not None]
         if engine_starts:
@@ -285,12 +285,12 @@ class Trainer:
         """The critic's and the actor's updates (the actor waits out the critic's warm-up), then the new weights to
         the engines through the source (or the engines back as they were when nothing was updated)."""
         metrics: Dict[str, float] = {}
-        self.source.before_update(timer)
+        self.source.release_devices(timer)
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.critic.update_critic(batch))
         if self.critic is not None and self.step < self.cfg.critic.warmup_steps:
-            self.source.keep_weights(timer)
+            metrics.update(self.source.publish(None, timer))  # no new weights: the engines come back as they were
             return metrics
         with timer("update_actor"):
             update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
@@ -328,7 +328,7 @@ class Trainer:
 
     def worker_groups(self) -> List[WorkerGroup]:
         """Every worker group of the run (each gets a watchdog and its stack dumps)."""
-        return [g for g in (self.workers, self.critic) if g is not None] + self.source.groups()
+        return [g for g in (self.workers, self.critic, self.rollouts) if g is not None]
 
     def step_kl_coef(self, metrics: Dict[str, Any], responses: int) -> Dict[str, float]:
         """``actor/kl_coef`` used this step; with ``algorithm.kl_ctrl=adaptive`` the controller then moves it towards

@@ -1,11 +1,13 @@
 """ActorRolloutRef: one data-parallel rank of the hybrid engine, the Ray-facing worker the trainer calls.
 
-It composes the Policy core (``policy.py``): the actor (a Policy with its optimizer) and the reference policy (the same
-class without one), and the engine host (``engine_host.py``): the rollout engine colocated in the same process. Each
-phase is a method the trainer calls: ``sleep_engine`` before training, ``sync_weights`` after an update (wakes the
-engine's weights, loads the new ones, wakes its KV cache), or ``wake_engine`` when a step skips the update.
-``generate`` never wakes the engine: the engine owns its sleep state (``asleep_parts``) and refuses to generate while
-asleep.
+It composes the Policy core (``policy.py``): the actor (``policy``, a Policy with its optimizer, which also writes and
+reads its checkpoint and this rank's random state) and the reference policy (``ref_policy``, the same class without
+one; None without a KL term), and the engine host (``host``, ``engine_host.py``; None in async mode): the rollout
+engine colocated in the same process. Tests and benchmarks reach the models, the optimizer and the engine through
+these three. Each phase is a method the trainer calls: ``sleep_engine`` before training, ``sync_weights`` after an
+update (wakes the engine's weights, loads the new ones, wakes its KV cache), or ``wake_engine`` when a step skips the
+update. ``generate`` never wakes the engine: the engine owns its sleep state (``asleep_parts``) and refuses to generate
+while asleep.
 
 Offload (``actor.offload_params``, ``actor.offload_optimizer``, ``ref.offload_params``): a model lives in CPU memory
 except inside the phases that use it: the actor's shards (and gradients) during old log-probs, the update and a
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -35,9 +36,8 @@ from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
 from .distributed import start_rank
 from .engine_host import EngineHost, make_engine
-from .fsdp import full_state_dict, iter_full_params, load_full_state_dict
 from .lora_sync import LoraSync
-from .policy import Policy, load_sharded_lm, mb_log_probs, reference_param_dtype
+from .policy import Policy, load_sharded_lm, reference_param_dtype
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class ActorRolloutRefWorker:
                 ref_model = load_sharded_lm(self.cfg, model_path, self.mesh, self.device, self.compute_dtype, False,
                                             param_dtype=reference_param_dtype(self.cfg, self.compute_dtype))
                 self.ref_policy = Policy.reference(ref_model, self.cfg, self.batch_plan, self.device, world_size)
-        self.actor_offload.offload()  # before the engine starts: it sizes its KV cache by the free memory
-        self.ref_offload.offload()
+        for policy in self._policies():  # before the engine starts: it sizes its KV cache by the free memory
+            policy.offload.offload()
 
         self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
         if self.plan.hosts_engine:
@@ -85,41 +85,9 @@ class ActorRolloutRefWorker:
                                    start_seconds=time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
 
-    # The parts, by the names the benchmarks and tests read.
-    @property
-    def actor(self) -> torch.nn.Module:
-        """The FSDP2 actor model."""
-        return self.policy.model
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        return self.policy.optimizer
-
-    @property
-    def scheduler(self):
-        return self.policy.scheduler
-
-    @property
-    def actor_offload(self):
-        return self.policy.offload
-
-    @property
-    def ref(self) -> Optional[torch.nn.Module]:
-        """The reference model (None: no KL term, no reference)."""
-        return self.ref_policy.model if self.ref_policy is not None else None
-
-    @property
-    def ref_offload(self):
-        return self.ref_policy.offload if self.ref_policy is not None else _NO_OFFLOAD
-
-    @property
-    def engine(self):
-        """The colocated rollout engine (None in async mode)."""
-        return self.host.engine if self.host is not None else None
-
-    @property
-    def engine_start_s(self) -> Optional[float]:
-        return self.host.start_seconds if self.host is not None else None
+    def _policies(self) -> List[Policy]:
+        """The actor's policy, then the reference's when there is one."""
+        return [p for p in (self.policy, self.ref_policy) if p is not None]
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BY_ENGINE)
@@ -161,11 +129,6 @@ class ActorRolloutRefWorker:
             self.host.wake(parts)
 
     # ------------------------------------------------------------------ log-probs
-    def _mb_log_probs(self, model, mb: Batch, with_entropy: bool):
-        """Log-probs (and entropy) of one micro-batch at the rollout's sampling temperature (``policy.mb_log_probs``;
-        reads only ``self.cfg``)."""
-        return mb_log_probs(self.cfg, model, mb, with_entropy)
-
     @dispatch(SPLIT_BATCH)
     def compute_log_probs(self, batch: Batch) -> Batch:
         """The actor's log-probs of the responses (``old_log_probs``) and the entropy at each response token, at the
@@ -191,13 +154,6 @@ class ActorRolloutRefWorker:
         trainer's KL controller; None: ``algorithm.kl_coef``)."""
         return self.policy.update(batch, self.cfg.algorithm.kl_coef if kl_coef is None else kl_coef)
 
-    def _update_actor(self, batch: Batch, kl_coef: float) -> Dict[str, float]:
-        """The update without the offload moves and with the last mini-batch's gradients left on the parameters
-        (tests compare them)."""
-        from .actor_update import policy_update
-
-        return policy_update(self.policy, batch, kl_coef)
-
     # ------------------------------------------------------------------ weight sync
     @dispatch(ONE_TO_ALL)
     def sync_weights(self) -> Dict[str, float]:
@@ -209,13 +165,13 @@ class ActorRolloutRefWorker:
         if self.host is None:  # async: the weights go out through send_weights
             return {"seconds": 0.0, "bytes": 0.0}
         if self.lora.adapter_only:  # the adapter alone, gathered tensor by tensor (the base never moves)
-            tensors = list(self.lora.sync_tensors(self.actor, self.device, self.compute_dtype))
+            tensors = list(self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype))
             moved = self.host.load_adapter(tensors, self.lora.adapter_config(name for name, _ in tensors))
             return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
         bucket_bytes = self.plan.bucket_bytes
         # An offloaded actor is gathered from the CPU shard by shard: the whole model never comes back for the sync.
         # With LoRA merged for rollout: each adapted weight leaves as W + alpha/r B A.
-        moved = self.host.load_weights(iter_buckets(self.lora.sync_tensors(self.actor, self.device,
+        moved = self.host.load_weights(iter_buckets(self.lora.sync_tensors(self.policy.model, self.device,
                                                                            self.compute_dtype), bucket_bytes))
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
@@ -233,7 +189,7 @@ class ActorRolloutRefWorker:
         actor_lp = self.policy.sequence_log_probs(prompt_ids, response_ids)
         metrics = logprob_diff(engine_lp, actor_lp).as_metrics()
         if self.lora.on:  # the engine must score as the actor WITH its adapter, not as the base model
-            base = self.ref_policy or Policy.reference(self.actor, self.cfg, self.batch_plan, self.device,
+            base = self.ref_policy or Policy.reference(self.policy.model, self.cfg, self.batch_plan, self.device,
                                                        self.world_size, shared_offload=self.policy.offload)
             metrics.update(check_adapter_reached_engine(engine_lp, actor_lp,
                                                         base.sequence_log_probs(prompt_ids, response_ids)))
@@ -260,14 +216,14 @@ class ActorRolloutRefWorker:
         """What ``send_weights`` sends: every parameter's name, full shape and dtype (LoRA: the adapter's tensors, or
         the merged weights)."""
         if self.lora.on:
-            return self.lora.specs(self.actor, self.compute_dtype)
-        return weight_transfer.param_specs(self.actor.named_parameters(), self.compute_dtype)
+            return self.lora.specs(self.policy.model, self.compute_dtype)
+        return weight_transfer.param_specs(self.policy.model.named_parameters(), self.compute_dtype)
 
     @dispatch(ONE_TO_ALL)
     def send_weights(self, specs: List[weight_transfer.ParamSpec]) -> Dict[str, float]:
         """Gather the full parameters (every rank: an FSDP collective) and broadcast them from rank 0, in buckets."""
         start = time.perf_counter()
-        params = self.lora.sync_tensors(self.actor, self.device, self.compute_dtype)
+        params = self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
@@ -279,79 +235,30 @@ class ActorRolloutRefWorker:
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> None:
-        """Write model (HF safetensors export, also used to resume), optimizer, scheduler and RNG states. With LoRA:
-        ``adapter/`` (the PEFT adapter, what resume loads), ``hf/`` the merged model, and the adapters' optimizer."""
-        directory = Path(directory)
-        with self.actor_offload.on_device(optimizer=True):  # the state-dict gather is a device collective
-            model_sd, optim_sd = full_state_dict(self.actor, self.optimizer)
-        if self.rank == 0:
-            hf_dir = directory / "hf"
-            unwrapped = self.actor
-            if self.lora.on:
-                model_sd = self.lora.export(directory, model_sd, self.tokenizer)
-                unwrapped = self.actor.get_base_model()
-            unwrapped.save_pretrained(hf_dir, state_dict=model_sd, safe_serialization=True)
-            self.tokenizer.save_pretrained(hf_dir)
-            torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict()},
-                       directory / "actor_optim.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state() if self.device == "cuda" else None},
-                   directory / f"rng_rank{self.rank}.pt")
+        """The actor's part of a checkpoint (``Policy.save``: model, optimizer, scheduler, RNG states; with LoRA the
+        adapter too); the ranks wait for each other before the checkpoint is sealed."""
+        self.policy.save(Path(directory), self.rank, self.tokenizer, self.lora)
         dist.barrier()
 
     @dispatch(ONE_TO_ALL)
     def load_checkpoint(self, directory: str) -> None:
-        directory = Path(directory)
-        from safetensors.torch import load_file
-
-        model_sd = {}
-        if self.lora.on:  # the adapter; the frozen base comes from the base model, as at the start
-            model_sd = self.lora.adapter_state(directory, self.actor)
-        for f in sorted((directory / "hf").glob("*.safetensors")) if not self.lora.on else []:
-            model_sd.update(load_file(str(f)))
-        state = torch.load(directory / "actor_optim.pt", weights_only=False)
-        with self.actor_offload.on_device(optimizer=True):
-            self.actor.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
-            load_full_state_dict(self.actor, self.optimizer, model_sd, state["optimizer"], strict=not self.lora.on)
-        self.scheduler.load_state_dict(state["scheduler"])
-        rng_file = directory / f"rng_rank{self.rank}.pt"
-        if rng_file.exists():
-            rng = torch.load(rng_file, weights_only=False)
-            torch.set_rng_state(rng["torch"])
-            random.setstate(rng["python"])
-            if rng.get("cuda") is not None and self.device == "cuda":
-                torch.cuda.set_rng_state(rng["cuda"])
+        self.policy.load(Path(directory), self.rank, self.lora)
 
     @dispatch(ONE_TO_ALL)
     def pop_offload_timing(self) -> Dict[str, float]:
         """Seconds spent moving the actor (params, gradients, optimizer state) and the reference model between the
         device and the CPU since the last call: ``timing_s/{offload,onload}_{actor,ref}`` (empty with offload off)."""
-        return {**self.actor_offload.pop_metrics(), **self.ref_offload.pop_metrics()}
+        return {k: v for p in self._policies() for k, v in p.offload.pop_metrics().items()}
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
         import ray
 
-        engine = self.engine
+        engine = self.host.engine if self.host is not None else None
         return {"rank": self.rank, "device": self.device, "engine": engine.name if engine else "none",
                 "pid": os.getpid(), "threads": torch.get_num_threads(),
                 "engine_can_sleep": bool(engine and engine.supports_sleep),
-                "engine_start_s": self.engine_start_s,
+                "engine_start_s": self.host.start_seconds if self.host is not None else None,
                 "node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
                 "node_ip": ray.util.get_node_ip_address() if ray.is_initialized() else None,
                 "engine_ranks": self.cfg.rollout.tensor_parallel_size}
-
-
-class _NoOffload:
-    """The reference's offloader when there is no reference: nothing to move, no timing."""
-
-    @staticmethod
-    def offload() -> None:
-        return None
-
-    @staticmethod
-    def pop_metrics() -> Dict[str, float]:
-        return {}
-
-
-_NO_OFFLOAD = _NoOffload()

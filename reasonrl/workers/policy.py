@@ -4,11 +4,14 @@ an optimizer, its PPO-style update (``actor_update.policy_update`` over the shar
 The actor is a Policy with an optimizer and a scheduler; the reference policy is the same class without them (and,
 with LoRA, the actor's own model with its adapters disabled: ``adapters_off``). Every teacher-forced pass (old, actor
 and reference log-probs) goes through ``mb_log_probs``: at the rollout's sampling temperature (greedy: 1), the
-distribution the responses were drawn from.
+distribution the responses were drawn from. The actor's part of a checkpoint (its weights, optimizer and scheduler,
+and the rank's random state) is written and read here (``save``, ``load``).
 """
 from __future__ import annotations
 
 import contextlib
+import random
+from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -20,7 +23,8 @@ from reasonrl.models import load_causal_lm
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs, training_temperature
 
 from .distributed import all_reduce_max
-from .fsdp import Offloader, compile_decoder_layers, fix_gradient_dtypes, shard_model
+from .fsdp import (Offloader, compile_decoder_layers, fix_gradient_dtypes, full_state_dict, load_full_state_dict,
+                   shard_model)
 from .optim import build_adamw
 
 
@@ -163,3 +167,43 @@ class Policy:
             metrics = policy_update(self, batch, kl_coef)
             self.optimizer.zero_grad(set_to_none=True)  # not needed after the step: free them (or skip moving them)
         return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, directory: Path, rank: int, tokenizer, lora) -> None:
+        """Every rank (the state-dict gather is a collective): rank 0 writes ``hf/`` (the HF safetensors export, also
+        what a resume loads; with LoRA (``lora_sync.LoraSync``) ``adapter/`` too, ``hf/`` then the merged model) and
+        ``actor_optim.pt`` (optimizer, scheduler); each rank its random state, ``rng_rank<rank>.pt``."""
+        with self.offload.on_device(optimizer=True):
+            model_sd, optim_sd = full_state_dict(self.model, self.optimizer)
+        if rank == 0:
+            unwrapped = self.model
+            if lora.on:
+                model_sd = lora.export(directory, model_sd, tokenizer)
+                unwrapped = self.model.get_base_model()
+            unwrapped.save_pretrained(directory / "hf", state_dict=model_sd, safe_serialization=True)
+            tokenizer.save_pretrained(directory / "hf")
+            torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict()}, directory / "actor_optim.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state() if self.device == "cuda" else None},
+                   directory / f"rng_rank{rank}.pt")
+
+    def load(self, directory: Path, rank: int, lora) -> None:
+        """What ``save`` wrote: the weights (LoRA: the adapter; the frozen base is the base model's, as at the start),
+        the optimizer and scheduler, and this rank's random state (when the checkpoint has it)."""
+        from safetensors.torch import load_file
+
+        model_sd = lora.adapter_state(directory, self.model) if lora.on else {}
+        for f in sorted((directory / "hf").glob("*.safetensors")) if not lora.on else []:
+            model_sd.update(load_file(str(f)))
+        state = torch.load(directory / "actor_optim.pt", weights_only=False)
+        with self.offload.on_device(optimizer=True):
+            self.model.reshard()  # after a forward the FSDP root may hold unsharded tensors; loading needs the shards
+            load_full_state_dict(self.model, self.optimizer, model_sd, state["optimizer"], strict=not lora.on)
+        self.scheduler.load_state_dict(state["scheduler"])
+        rng_file = directory / f"rng_rank{rank}.pt"
+        if rng_file.exists():
+            rng = torch.load(rng_file, weights_only=False)
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            if rng.get("cuda") is not None and self.device == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"])

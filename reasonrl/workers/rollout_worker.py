@@ -48,16 +48,6 @@ class RolloutWorker:
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
 
-    @property
-    def engine(self):
-        """The rollout engine."""
-        return self.host.engine
-
-    @property
-    def generator(self):
-        """The engine, or the tool loop around it (``tool.enabled``)."""
-        return self.host.generator
-
     def _stamped(self, batch: Batch) -> Batch:
         batch.meta["weights_version"] = [self.version] * len(batch)
         return batch
@@ -120,10 +110,10 @@ class RolloutWorker:
     @dispatch(RANK_ZERO)
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """The engine's log-probs of each response given its prompt (weight checks)."""
-        return self.engine.sequence_logprobs(prompts, responses)
+        return self.host.engine.sequence_logprobs(prompts, responses)
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:
-        engine = self.engine
+        engine = self.host.engine
         return {"rank": self.rank, "device": self.device, "engine": engine.name, "pid": os.getpid(),
                 "threads": torch.get_num_threads(), "version": self.version}

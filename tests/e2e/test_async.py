@@ -253,12 +253,12 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
                           "rollout.max_new_tokens=16"], cuda_available=False)
     worker = RolloutWorker(to_dict(cfg), model_path, rank=0, world_size=1)
     try:
-        assert isinstance(worker.generator, ToolRollout)
+        assert isinstance(worker.host.generator, ToolRollout)
         data = PromptDataset(task_files("math_tool", "train", None), load_tokenizer(model_path), 384)
         sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "logprobs": True}
         rows = worker.generate(prompt_batch([data[0]]), sampling)
     finally:
-        worker.generator.close()
+        worker.host.generator.close()
     assert len(rows) == 2 and rows["weights_version"] == [0, 0]
     for key in ("tool_mask", "turns", "tool_calls"):
         assert key in rows.meta, key

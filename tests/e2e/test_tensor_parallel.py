@@ -123,7 +123,7 @@ class ProbedWorker(ActorRolloutRefWorker):
     @dispatch(ONE_TO_ALL)
     def engine_shard_rows(self) -> int:
         """Rows of the engine's embedding on this rank (vocabulary-parallel: the vocabulary split over the ranks)."""
-        model = self.engine.llm.llm_engine.model_executor.driver_worker.worker.model_runner.get_model()
+        model = self.host.engine.llm.llm_engine.model_executor.driver_worker.worker.model_runner.get_model()
         return int(model.model.embed_tokens.weight.shape[0])
 
     @dispatch(ONE_TO_ALL)
@@ -135,7 +135,7 @@ class ProbedWorker(ActorRolloutRefWorker):
     @torch.no_grad()
     def perturb_actor(self, scale: float) -> None:
         gen = torch.Generator().manual_seed(7)
-        for p in self.actor.parameters():
+        for p in self.policy.model.parameters():
             local = p.to_local() if hasattr(p, "to_local") else p
             local.add_(torch.randn(local.shape, generator=gen, dtype=local.dtype) * scale)
 

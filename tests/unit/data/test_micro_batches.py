@@ -7,6 +7,7 @@ import torch
 
 from reasonrl.data.micro_batches import (fixed_size_groups, loss_denominator, micro_batch_groups, restore_order,
                                          token_budget_groups)
+from reasonrl.workers.actor_update import policy_update
 
 from helpers import critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
 
@@ -89,8 +90,9 @@ def update_gradient(policy: str, mode: str, *overrides: str):
                          cuda_available=False)
     worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
                                    master_port=free_port(), num_threads=1)
-    metrics = worker._update_actor(batch, worker.cfg.algorithm.kl_coef)  # leaves the mini-batch's gradients on the parameters
-    grads = {n: p.grad.full_tensor().clone() for n, p in worker.actor.named_parameters() if p.grad is not None}
+    # the update without the offload moves, the last mini-batch's gradients left on the parameters
+    metrics = policy_update(worker.policy, batch, worker.cfg.algorithm.kl_coef)
+    grads = {n: p.grad.full_tensor().clone() for n, p in worker.policy.model.named_parameters() if p.grad is not None}
     return grads, metrics
 
 

@@ -234,7 +234,7 @@ def test_actor_worker_with_offload_trains_syncs_and_checkpoints_identically(tmp_
             worker.update_actor(b)
             worker.load_checkpoint(str(tmp_path / "ckpt"))
             torch.testing.assert_close(worker.compute_log_probs(batch)["old_log_probs"], after)
-            assert not worker.actor_offload.params_home and not worker.actor_offload.optim_home
+            assert not worker.policy.offload.params_home and not worker.policy.offload.optim_home
         results.append((b["old_log_probs"], b["ref_log_probs"], metrics["actor/grad_norm"], after))
     for x, y in zip(*results):
         assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))

@@ -158,14 +158,12 @@ def test_bfloat16_fused_and_full_logits_agree_at_temperature():
 
 
 def test_worker_log_prob_path_uses_the_rollout_temperature():
-    """``ActorRolloutRefWorker._mb_log_probs`` (old, actor and reference log-probs) scores at
-    ``rollout.temperature``, and at 1 for greedy rollouts. The method reads only ``cfg``; it is called unbound on
-    a stand-in holding a real config, so no process group or engine starts."""
-    from types import SimpleNamespace
-
+    """``policy.mb_log_probs`` (every teacher-forced pass of the worker: old, actor and reference log-probs) scores at
+    ``rollout.temperature``, and at 1 for greedy rollouts. It reads only ``cfg``, so no process group or engine
+    starts."""
     from reasonrl.config import load_config
     from reasonrl.data.batch import Batch
-    from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
+    from reasonrl.workers.policy import mb_log_probs
 
     model = tiny_sharp_lm()
     ids, mask, pos, resp, rmask = padded_rollout_batch()
@@ -174,7 +172,7 @@ def test_worker_log_prob_path_uses_the_rollout_temperature():
     with torch.no_grad():
         for rollout_t, scored_t in ((0.7, 0.7), (0.0, 1.0)):
             cfg = load_config([f"rollout.temperature={rollout_t}"], cuda_available=False)[0]
-            lp, ent = ActorRolloutRefWorker._mb_log_probs(SimpleNamespace(cfg=cfg), model, mb, True)
+            lp, ent = mb_log_probs(cfg, model, mb, True)
             want_lp, want_ent = reference_at(model, scored_t)
             torch.testing.assert_close(lp[valid], want_lp[valid], rtol=1e-5, atol=1e-5)
             # float32 noise of lse - E_p[z] against -sum p log p, at T = 1 where some entropies are ~0.006

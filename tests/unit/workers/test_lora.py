@@ -183,19 +183,19 @@ def test_reference_with_adapters_off_is_the_base_model_exactly(trained, model_pa
     assert torch.equal(ref, want)  # bit for bit: the same weights, the adapters bypassed
     assert torch.equal(ref, scored["ref_log_probs"])  # training the adapters left the reference where it was
     assert (worker.compute_log_probs(batch)["old_log_probs"] - ref).abs().max() > 1e-3  # the actor moved
-    assert worker.ref is worker.actor  # one model: no reference copy
+    assert worker.ref_policy.model is worker.policy.model  # one model: no reference copy
 
 
 @pytest.mark.slow
 def test_optimizer_holds_only_the_adapter_tensors(trained, tmp_path):
     worker, _, _ = trained
-    names = {id(p): n for n, p in worker.actor.named_parameters()}
-    held = [names[id(p)] for g in worker.optimizer.param_groups for p in g["params"]]
+    names = {id(p): n for n, p in worker.policy.model.named_parameters()}
+    held = [names[id(p)] for g in worker.policy.optimizer.param_groups for p in g["params"]]
     assert held and all(lora_lib.is_adapter_param(n) for n in held)
-    assert len(held) == sum(1 for n, _ in worker.actor.named_parameters() if lora_lib.is_adapter_param(n))
-    assert all(id(p) in {id(q) for q in worker.optimizer.state} for g in worker.optimizer.param_groups
+    assert len(held) == sum(1 for n, _ in worker.policy.model.named_parameters() if lora_lib.is_adapter_param(n))
+    assert all(id(p) in {id(q) for q in worker.policy.optimizer.state} for g in worker.policy.optimizer.param_groups
                for p in g["params"])  # each has its AdamW moments after the updates, and nothing else does
-    assert len(worker.optimizer.state) == len(held)
+    assert len(worker.policy.optimizer.state) == len(held)
 
 
 @pytest.mark.slow
@@ -209,20 +209,20 @@ def test_adapter_only_sync_brings_the_engine_to_the_actor_and_merged_equals_it(t
     with pytest.raises(AdapterNotInEngineError, match="did not take effect"):  # not synced yet: the base engine
         worker.check_weight_sync(PROMPT, RESPONSE)
     sync = worker.sync_weights()
-    adapter_bytes = sum(p.numel() * 4 for n, p in worker.actor.named_parameters() if lora_lib.is_adapter_param(n))
+    adapter_bytes = sum(p.numel() * 4 for n, p in worker.policy.model.named_parameters() if lora_lib.is_adapter_param(n))
     assert sync["bytes"] == adapter_bytes  # the adapter alone, in fp32
     check = worker.check_weight_sync(PROMPT, RESPONSE)
     assert check["weight_sync/logprob_diff_max"] < 1e-4
     assert check["weight_sync/engine_vs_base_max"] > 100 * max(check["weight_sync/logprob_diff_max"], 1e-6)
-    adapter_lp = worker.engine.sequence_logprobs([PROMPT], [RESPONSE])[0]
+    adapter_lp = worker.host.engine.sequence_logprobs([PROMPT], [RESPONSE])[0]
 
     # The merged path: W + alpha/r B A for every adapted weight, into a plain engine's base copy.
     cfg, _ = load_config([*ARGS, "rollout.engine=hf", "actor.lora.merge_for_rollout=true"], cuda_available=False)
     merged = LoraSync(cfg, model_path)
     host = EngineHost(HFRolloutEngine.from_pretrained(model_path, worker.tokenizer, torch.float32, "cpu"),
                       worker.tokenizer, cfg, "cpu", tools=False)
-    moved = host.load_weights(iter_buckets(merged.sync_tensors(worker.actor, "cpu", torch.float32), 2**24))
-    base_bytes = sum(p.numel() * 4 for n, p in worker.actor.named_parameters() if not lora_lib.is_adapter_param(n))
+    moved = host.load_weights(iter_buckets(merged.sync_tensors(worker.policy.model, "cpu", torch.float32), 2**24))
+    base_bytes = sum(p.numel() * 4 for n, p in worker.policy.model.named_parameters() if not lora_lib.is_adapter_param(n))
     assert moved == base_bytes  # the whole model, each adapted weight merged (55x the adapter for SmolLM2 at r 8)
     merged_lp = host.sequence_logprobs(PROMPT, RESPONSE)
     # x (W + s B A) against x W + s (x A) B in fp32: rounding only, far below the adapter's effect (> 0.1 here)
@@ -233,7 +233,7 @@ def test_adapter_only_sync_brings_the_engine_to_the_actor_and_merged_equals_it(t
 def test_async_specs_describe_what_send_gathers(trained):
     worker, _, _ = trained
     specs = worker.weight_specs()
-    sent = list(worker.lora.sync_tensors(worker.actor, "cpu", worker.compute_dtype))
+    sent = list(worker.lora.sync_tensors(worker.policy.model, "cpu", worker.compute_dtype))
     assert [(s.name, s.shape, s.dtype) for s in specs] == \
         [(n, tuple(t.shape), str(t.dtype).replace("torch.", "")) for n, t in sent]
     assert specs and all(lora_lib.is_adapter_param(s.name) and ".default." not in s.name for s in specs)
@@ -305,7 +305,7 @@ def test_vllm_engine_serves_the_synced_adapter(model_path):
         rows = worker.generate(_prompts(), {"n": 2, "max_new_tokens": 4, "temperature": 1.0})
         assert len(rows) == 2
     finally:
-        worker.engine.shutdown()
+        worker.host.engine.shutdown()
 
 
 def _prompts():
