@@ -42,3 +42,10 @@ def test_no_test_module_imports_another_test_module_or_a_benchmark_script():
             bad += [f"{path.relative_to(TESTS)} imports {n}" for n in names
                     if n.split(".")[0].startswith("test_") or n.split(".")[0] in ("benchmarks", "conftest")]
     assert bad == []
+
+
+def test_test_modules_find_the_repository_through_paths_py():
+    # A module's own depth changes when it moves; tests/paths.py's REPO does not.
+    bad = [str(p.relative_to(TESTS)) for p in _test_modules()
+           if "Path(__file__).resolve().parents[" in p.read_text() or "Path(__file__).parent.parent" in p.read_text()]
+    assert bad == [], f"use `from paths import REPO` in: {bad}"

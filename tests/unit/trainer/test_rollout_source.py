@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import ast
 import inspect
-from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from reasonrl.trainer.rollout_source import RolloutSource
 from reasonrl.trainer.sources import AsyncSource, ColocatedSource
 
-ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [ColocatedSource, AsyncSource]
 
 
@@ -22,7 +21,7 @@ def declared() -> set:
 def loop_calls() -> set:
     """Every ``self.source.X`` the trainer reads, and a check that it reaches the source no other way."""
     used = set()
-    for node in ast.walk(ast.parse((ROOT / "reasonrl/trainer/trainer.py").read_text())):
+    for node in ast.walk(ast.parse((REPO / "reasonrl/trainer/trainer.py").read_text())):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "source":
             assert isinstance(node.value.value, ast.Name) and node.value.value.id == "self"
             used.add(node.attr)
