@@ -132,7 +132,8 @@ class RunPlan:
         logprobs = rollout_logprobs_wanted(cfg)
         sampled = {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k}
         return cls(
-            device=device, mode=cfg.trainer.mode, world_size=world, engine=engine_for(r.engine, hardware.vllm_installed),
+            device=device, mode=cfg.trainer.mode, world_size=world,
+            engine=engine_for(r.engine, hardware.vllm_installed),
             engine_ranks=r.tensor_parallel_size, rollout_workers=rollout_workers,
             steps_ahead=cfg.async_rollout.max_staleness if is_async else 0,
             batch=batch, passes=passes, generator="tools" if cfg.tool.enabled else "plain",

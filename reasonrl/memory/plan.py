@@ -236,7 +236,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         sync = {**resident("weight_sync"), **awake()}
         if p.lora_sync == "adapter":  # workers/lora_sync.py: the adapter alone, gathered at once
             sync["LoRA adapter (gathered, fp32)"] = 4 * Pa
-        elif p.lora_sync == "merged":  # models/lora.merged_tensors: W, B A and W + B A in fp32, then the merged copy in dt
+        elif p.lora_sync == "merged":  # models/lora.merged_tensors: W, B A, W + B A in fp32, the merged copy in dt
             sync["weight sync bucket + largest parameter merged (fp32)"] = bucket + max(V * h * (4 + dt),
                                                                                         h * i * (12 + dt))
         else:

@@ -1,6 +1,7 @@
-"""The checks of a run against its model, once its ``config.json`` is read (nothing is loaded): LoRA's target modules
-and the memory plan (``reasonrl.memory``) on the device and on the host. The context length is the plan's own check
-(``RunPlan.with_model``)."""
+"""The plan's second step against the run's model, once its ``config.json`` is read (nothing is loaded):
+``plan_with_model`` reads the model's facts, checks the context (``RunPlan.with_model``) and LoRA's target modules,
+resolves the ``auto`` token budgets and, on a GPU, checks the memory plan (``reasonrl.memory``) on the device and on
+the host."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,7 +9,30 @@ from typing import Any, Mapping, Optional
 
 from reasonrl.config import Config, ConfigError
 from reasonrl.config.combinations import combination_problems
+from reasonrl.config.model_facts import ModelFacts
 from reasonrl.config.plan import RunPlan
+
+
+def plan_with_model(cfg: Config, plan: RunPlan, model_path: str) -> RunPlan:
+    """The final plan of ``cfg`` for the model in ``model_path`` (ConfigError naming the keys when the model does not
+    fit the config: its context, LoRA's targets, the memory plan on a GPU)."""
+    from reasonrl.memory import resolve_run_budgets
+    from reasonrl.memory.auto import host_memory_bytes
+
+    facts = ModelFacts.read(model_path)
+    plan.with_model(facts)  # the context: checked before the memory plan reads the model
+    check_lora_targets(cfg, model_path)
+    budgets = {}
+    if plan.batch.auto_budget_keys:  # against the device (a CPU's: the RAM its ranks share)
+        budgets = resolve_run_budgets(plan.run_config(cfg), facts.require_config(), plan)
+    plan = plan.with_model(facts, budgets)
+    if plan.device == "cuda":  # will it fit? before anything loads
+        import torch
+
+        check_memory_plan(plan.run_config(cfg), plan, facts.require_config(),
+                          torch.cuda.get_device_properties(0).total_memory, host_bytes=host_memory_bytes(),
+                          ranks_on_host=min(plan.world_size, torch.cuda.device_count()))
+    return plan
 
 
 def check_lora_targets(cfg: Config, model_path: str) -> None:

@@ -17,7 +17,6 @@ import torch
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards, logprob_mismatch_stats,
                                  make_kl_controller, overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
-from reasonrl.config.model_facts import ModelFacts
 from reasonrl.config.plan import RunPlan
 from reasonrl.controller import WorkerGroup
 from reasonrl.data import Batch, PromptDataset
@@ -29,8 +28,6 @@ from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.logging import library_output
-from reasonrl.memory import resolve_run_budgets
-from reasonrl.memory.auto import host_memory_bytes
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
@@ -40,7 +37,7 @@ from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_
                        verdict_mask, without_failed)
 from .metrics import (PhaseTimer, data_levels, level_of, policy_metrics, round_level_metrics, round_metrics,
                       slowest_rank, startup_metrics, val_level_metrics)
-from .model_checks import check_lora_targets, check_memory_plan
+from .model_checks import plan_with_model
 from .progress import StepProgress, validation_bar
 from .sources import make_source
 from .watchdog import PhaseWatchdog
@@ -68,18 +65,9 @@ class Trainer:
         library_output.install(str(self.run_dir), cfg.trainer.verbose)  # the libraries' output to libraries.log
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
-            facts = ModelFacts.read(self.model_path)
-            plan.with_model(facts)  # the context: checked before the memory plan reads the model
-            check_lora_targets(cfg, self.model_path)  # a target the model lacks: before any weights load
-            budgets = resolve_run_budgets(plan.run_config(cfg), facts.require_config(), plan) if \
-                plan.batch.auto_budget_keys else {}  # auto token budgets against the device (CPU: the shared RAM)
-            self.plan = plan = plan.with_model(facts, budgets)
+            self.plan = plan = plan_with_model(cfg, plan, self.model_path)  # before any weights load
             self.cfg = cfg = plan.run_config(cfg)  # what the workers read: nothing is written into the config
             self.batch_plan = plan.batch
-            if plan.device == "cuda":  # will it fit? before anything loads
-                check_memory_plan(cfg, plan, facts.require_config(), torch.cuda.get_device_properties(0).total_memory,
-                                  host_bytes=host_memory_bytes(),
-                                  ranks_on_host=min(plan.world_size, torch.cuda.device_count()))
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,
