@@ -5,14 +5,19 @@ from __future__ import annotations
 from reasonrl.config.device_defaults import Hardware
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a GPU here (``trainer.profile=auto`` and ``trainer.device=auto`` ask this)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def resolve_device(trainer_device: str) -> str:
     """The device a process computes on: ``trainer.device`` when it names one, else cuda when torch sees a GPU
     (``auto``). The one rule every process applies: the controller (the plan), eval and the workers."""
     if trainer_device != "auto":
         return trainer_device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_available() else "cpu"
 
 
 def varlen_kernel_importable() -> bool:
