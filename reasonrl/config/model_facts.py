@@ -19,6 +19,8 @@ class ModelFacts:
 
     path: str
     """The model's directory."""
+    name: str = ""
+    """How the config names the model (``model.path``, a hub id or a directory; the directory when not given)."""
     layers: int = 0
     """``num_hidden_layers``."""
     hidden: int = 0
@@ -35,7 +37,7 @@ class ModelFacts:
     """The whole ``config.json`` (empty when the directory has none): the memory plan's ``ModelShape`` reads it."""
 
     @classmethod
-    def from_config_json(cls, path: str, config: Mapping[str, Any]) -> "ModelFacts":
+    def from_config_json(cls, path: str, config: Mapping[str, Any], name: str = "") -> "ModelFacts":
         fields = {**config.get("text_config", {}), **config}  # multimodal configs nest the language model's
 
         def number(name: str) -> int:
@@ -44,19 +46,19 @@ class ModelFacts:
 
         context = next((number(n) for n in CONTEXT_LENGTH_FIELDS if number(n)), None)
         heads = number("num_attention_heads")
-        return cls(path=str(path), layers=number("num_hidden_layers"), hidden=number("hidden_size"), heads=heads,
+        return cls(path=str(path), name=name or str(path), layers=number("num_hidden_layers"), hidden=number("hidden_size"), heads=heads,
                    kv_heads=number("num_key_value_heads") or heads, vocab=number("vocab_size"),
                    max_positions=context, config=dict(config))
 
     @classmethod
-    def read(cls, model_path: str) -> "ModelFacts":
-        """The facts of the model in ``model_path``; empty facts when it has no ``config.json`` (nothing is checked
-        then); ConfigError naming the file when it is unreadable."""
+    def read(cls, model_path: str, name: str = "") -> "ModelFacts":
+        """The facts of the model in ``model_path`` (``name``: as the config names it); empty facts when it has no
+        ``config.json`` (nothing is checked then); ConfigError naming the file when it is unreadable."""
         path = Path(model_path) / "config.json"
         if not path.is_file():
-            return cls(path=str(model_path))
+            return cls(path=str(model_path), name=name or str(model_path))
         try:
-            return cls.from_config_json(model_path, json.loads(path.read_text()))
+            return cls.from_config_json(model_path, json.loads(path.read_text()), name)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"the memory plan needs the model's config.json: {path}: {exc}") from None
 

@@ -8,8 +8,8 @@ training and validation rollouts, the generator (plain or the tool loop), the mo
 every rule between features (``combinations.py``): an unsupported combination fails there, naming the keys.
 
 ``plan.with_model(facts, token_budgets)`` is the second step, once the model's ``config.json`` is read
-(``model_facts.ModelFacts``): it checks the context, and fixes ``max_model_len`` and the token budgets that were
-``auto`` (resolved by the memory plan, ``reasonrl.memory.resolve_auto_budgets``). The config is never written:
+(``model_facts.ModelFacts``): it checks the context against ``max_model_len``'s rows and fixes the token budgets
+that were ``auto`` (resolved from this plan by the memory plan, ``reasonrl.memory.resolve_run_budgets``). The config is never written:
 ``plan.run_config(cfg)`` is a copy with the plan's resolved values, the one the workers and the memory plan read.
 """
 from __future__ import annotations
@@ -94,10 +94,6 @@ class RunPlan:
     def is_async(self) -> bool:
         return self.mode == "async"
 
-    def setting(self, key: str) -> Any:
-        """The value of a per-device setting as used (one of ``device_settings``' keys)."""
-        return next(s.value for s in self.device_settings if s.key == key)
-
     def for_workers(self) -> WorkerPlan:
         """What the training workers read from this plan (handed to each with ``run_config``)."""
         return WorkerPlan(batch=self.batch, device=self.device, engine=self.engine,
@@ -158,7 +154,7 @@ class RunPlan:
             raise ConfigError(f"config key 'rollout.max_new_tokens': data.max_prompt_length "
                               f"({need - self.training_sampling['max_new_tokens']}) + rollout.max_new_tokens "
                               f"({self.training_sampling['max_new_tokens']}) = {need} exceeds the model's context of "
-                              f"{facts.max_positions} tokens ({facts.path})")
+                              f"{facts.max_positions} tokens ({facts.name})")
         chosen = dict(token_budgets or {})
         budgets = tuple((k, chosen.get(k, v) if v == AUTO else v) for k, v in self.batch.token_budgets)
         return replace(self, model=facts, batch=replace(self.batch, token_budgets=budgets))

@@ -50,7 +50,7 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     world = gpus or cfg.trainer.num_workers or max(1, torch.cuda.device_count())
     print(f"model {cfg.model.path}, {world} GPU(s) of {device_bytes / GIB:.1f} GiB")
     try:
-        facts = ModelFacts.read(resolve_model_path(cfg.model.path))
+        facts = ModelFacts.read(resolve_model_path(cfg.model.path), cfg.model.path)
         model_config = facts.require_config()
         # the plan of a GPU run of this torch on ``world`` GPUs: its attention, packing and (auto) token budgets
         on_gpus = replace(cfg, trainer=replace(cfg.trainer, num_workers=world))

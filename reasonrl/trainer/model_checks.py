@@ -19,7 +19,7 @@ def plan_with_model(cfg: Config, plan: RunPlan, model_path: str) -> RunPlan:
     from reasonrl.memory import resolve_run_budgets
     from reasonrl.memory.auto import host_memory_bytes
 
-    facts = ModelFacts.read(model_path)
+    facts = ModelFacts.read(model_path, cfg.model.path)
     plan.with_model(facts)  # the context: checked before the memory plan reads the model
     check_lora_targets(cfg, model_path)
     budgets = {}
