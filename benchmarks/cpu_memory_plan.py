@@ -46,10 +46,11 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 from reasonrl.config import load_config, to_dict  # noqa: E402
 from reasonrl.data.collate import collate_rollout  # noqa: E402
-from reasonrl.memory import GIB, Placement, plan_memory  # noqa: E402
+from reasonrl.config.model_facts import ModelFacts  # noqa: E402
+from reasonrl.config.plan import RunPlan  # noqa: E402
+from reasonrl.memory import GIB, plan_memory  # noqa: E402
 from reasonrl.memory.auto import host_memory_bytes  # noqa: E402
 from reasonrl.models import resolve_model_path  # noqa: E402
-from reasonrl.trainer.run_plan import model_config_json  # noqa: E402
 
 MIB = 2**20
 RESIDENT = ("actor weights (fp32 shards)", "actor AdamW moments (2 x fp32)", "engine weights (hf copy)")
@@ -123,18 +124,18 @@ def main() -> None:
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
     model_path = resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct")  # converted once, before the baseline
-    model_config = model_config_json(model_path)
+    model_config = ModelFacts.read(model_path).require_config()
     small, large = args.micro_batches
     cfg, _ = load_config(overrides(model_path, args, small), cuda_available=False)
-    plans = {m: plan_memory(load_config(overrides(model_path, args, m), cuda_available=False)[0], model_config,
-                            host_memory_bytes(), Placement(device="cpu")) for m in (small, large)}
+    configs = {m: load_config(overrides(model_path, args, m), cuda_available=False)[0] for m in (small, large)}
+    plans = {m: plan_memory(c, model_config, host_memory_bytes(), RunPlan.build(c)) for m, c in configs.items()}
     batch = synthetic_batch(args.rows, args.prompt_len, args.response_len, model_config["vocab_size"])
     load_before = os.getloadavg()
 
     holder: Dict[str, Any] = {}
     built = phase_peak(lambda: holder.setdefault("w", ActorRolloutRefWorker(
         to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(),
-        num_threads=args.threads)))
+        num_threads=args.threads, plan=RunPlan.build(cfg).for_workers())))
     worker = holder["w"]
     print(f"worker built: RSS {built['rss_after'] / GIB:.2f} GiB", flush=True)
     first = phase_peak(lambda: worker.update_actor(batch))  # the AdamW moments exist from here on

@@ -80,11 +80,12 @@ def config_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_g
 
 
 def benchmark_plan(cfg, args):
-    """``RunPlan.build(cfg)`` with the benchmark's two departures, made on the plan the trainer is handed: the
+    """``RunPlan.build(cfg, hardware)`` with the benchmark's two departures, made on the plan the trainer is handed: the
     training sampling ignores EOS (fixed lengths), and ``--old-log-prob-pass always`` runs that pass."""
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
 
-    plan = RunPlan.build(cfg)
+    plan = RunPlan.build(cfg, local_hardware(cfg.trainer.device))
     if plan.is_async or plan.stream_chunk_prompts > 0:
         raise ValueError("the step benchmark measures colocated, unstreamed rollouts: leave trainer.mode=colocated and "
                          "rollout.stream_chunk_prompts=0 (the response lengths are read from the generate call)")

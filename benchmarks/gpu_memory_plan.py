@@ -32,7 +32,11 @@ def measure(model_dir: Path, batch, rows: int, checkpointing: bool) -> dict:
     cfg.data.train_batch_size, cfg.rollout.n, cfg.data.max_prompt_length = 8, 8, 256
     cfg.rollout.max_new_tokens, cfg.rollout.engine, cfg.algorithm.use_kl_loss = 1024, "hf", False
     cfg.trainer.device, cfg.trainer.resume, cfg.actor.micro_batch_size_per_worker = "cuda", "never", rows
-    worker = worker_module.ActorRolloutRefWorker(cfg, str(model_dir), 0, 1, "127.0.0.1", 29500 + rows)
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
+
+    plan = RunPlan.build(cfg, local_hardware("cuda")).for_workers()
+    worker = worker_module.ActorRolloutRefWorker(cfg, str(model_dir), 0, 1, "127.0.0.1", 29500 + rows, plan=plan)
     old = worker.compute_log_probs(batch)["old_log_probs"]
     train = batch.union(type(batch)({"old_log_probs": old}))
     worker.update_actor(train)  # warm-up: the AdamW moments exist from here on

@@ -106,7 +106,8 @@ def run(args, result: Dict[str, Any], wall_start: float) -> None:
     from reasonrl.config import load_config
     from reasonrl.datasets import prepare
     from reasonrl.trainer.backends import InProcessBackend
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
     from reasonrl.trainer.trainer import Trainer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -120,7 +121,8 @@ def run(args, result: Dict[str, Any], wall_start: float) -> None:
     cfg, _ = load_config(overrides)
     result["config"] = {"dtype": cfg.model.dtype, "attn_implementation": cfg.model.attn_implementation,
                         "device": cfg.trainer.device}
-    trainer = Trainer(cfg, RunPlan.build(cfg), InProcessBackend(actor_worker=NanProbeWorker, num_threads=args.threads))
+    plan = RunPlan.build(cfg, local_hardware(cfg.trainer.device))
+    trainer = Trainer(cfg, plan, InProcessBackend(actor_worker=NanProbeWorker, num_threads=args.threads))
     try:
         result["model"] = trainer.workers.nan_probe_setup(args.inject_nan)
         result["startup_s"] = round(time.perf_counter() - wall_start, 1)

@@ -57,8 +57,11 @@ def make_worker(model_path: str, extra: List[str]):
     cfg, _ = load_config(["rollout.engine=hf", "trainer.device=cpu", "actor.lr=1e-4", "data.train_batch_size=2",
                           "rollout.n=2", "actor.micro_batch_size_per_worker=4", "algorithm.use_kl_loss=true",
                           "model.dtype=float32", *extra], cuda_available=False)
+    from reasonrl.config.plan import RunPlan
+
     return ActorRolloutRefWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
-                                 master_port=free_port(), num_threads=int(os.environ.get("BENCH_THREADS", "2")))
+                                 master_port=free_port(), num_threads=int(os.environ.get("BENCH_THREADS", "2")),
+                                 plan=RunPlan.build(cfg).for_workers())
 
 
 def batch():

@@ -13,6 +13,7 @@ JSON), so in the phases where the engine sleeps the device's used memory is the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,13 +31,18 @@ STEP_PHASE = {"rollout": "rollout", "log_probs": "old_log_probs", "reference": "
 def predicted(step_argv, device_gib: float):
     """Per phase of the plan: total GiB and its terms (GiB), for the step configuration ``step_argv``."""
     from reasonrl.config import load_config
-    from reasonrl.memory import Placement, plan_memory
+    from reasonrl.config.device_defaults import Hardware
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.memory import plan_memory
 
     args = parse_args(step_argv)
     model_dir = Path("/tmp/reasonrl-bench-model") / f"{args.shape}-trainer"
     cfg, _ = load_config(config_overrides(args, model_dir, Path("/tmp/prompts.jsonl"), Path("/tmp/run"), True),
                          cuda_available=True)
-    plan = plan_memory(cfg, SHAPES[args.shape], device_gib * GIB, Placement(args.workers, args.tp),
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, num_workers=args.workers),
+                              rollout=dataclasses.replace(cfg.rollout, tensor_parallel_size=args.tp))
+    run = RunPlan.build(cfg, Hardware("cuda", args.workers))
+    plan = plan_memory(cfg, SHAPES[args.shape], device_gib * GIB, run,
                        old_log_prob_pass=True if args.old_log_prob_pass == "always" else None)
     return {p.name: {"total_gib": p.total / GIB, "terms_gib": {k: v / GIB for k, v in p.terms.items()},
                      "fits": p.fits} for p in plan.phases}, plan.notes

@@ -45,7 +45,8 @@ def main() -> int:
     from reasonrl.models import load_tokenizer, resolve_model_path
     from reasonrl.rewards import make_pool, verify_item
     from reasonrl.trainer.metrics import PhaseTimer
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
     from reasonrl.trainer.streaming import generate_and_verify
     from reasonrl.workers.rollout_worker import RolloutWorker
 
@@ -57,10 +58,11 @@ def main() -> int:
     data = PromptDataset(task_files("mbpp", "train", cfg.data.train_files), tokenizer, cfg.data.max_prompt_length,
                          cfg.data.apply_chat_template, cfg.data.system_prompt)
     prompts = [data[i] for i in range(args.prompts)]
-    sampling = {**RunPlan.build(cfg, device="cpu").training_sampling, "logprobs": False}
+    plan = RunPlan.build(cfg, local_hardware(cfg.trainer.device))
+    sampling = {**plan.training_sampling, "logprobs": False}
     start_ray("local", num_cpus=os.cpu_count() or 1)
     group = WorkerGroup(RolloutWorker, 1, False, max(1, (os.cpu_count() or 1) // 2),
-                        {"config": to_dict(cfg), "model_path": model_path})
+                        {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()})
     pool = make_pool(cfg.reward)
     runs = {"off": [], "on": []}
     try:

@@ -8,26 +8,25 @@ from typing import List, Optional
 
 
 def print_header(cfg, notes, plan) -> None:
-    """The start-up table: presets, the effective config (per-device settings resolved for the plan's device), the
-    per-device settings with why, and the derived batch sizes and passes."""
+    """The start-up table: presets, the effective config (the plan's ``run_config``: per-device settings resolved for
+    its device), the per-device settings with why, and the derived batch sizes and passes."""
     from reasonrl.config import to_yaml
-    from reasonrl.config.device_defaults import apply_device_defaults
     from reasonrl.config.passes import pass_rows
     from reasonrl.config.presets import profile_notice
 
-    settings = apply_device_defaults(cfg, plan.device)
+    settings = plan.device_settings
     notice = profile_notice(notes.get("profile") or "", notes["task"])
     if notice:
         print(notice, flush=True)
     print(f"reasonrl: task={notes['task']} algorithm={notes['algorithm']} model={cfg.model.path}", flush=True)
     print("---- effective config ----")
-    print(to_yaml(cfg).rstrip())
+    print(to_yaml(plan.run_config(cfg)).rstrip())
     print(f"---- per-device settings ({plan.device}) ----")
     key_w = max(len(s.key) for s in settings)
     for s in settings:
         print(f"  {s.key:<{key_w}}  {str(s.value).lower() if isinstance(s.value, bool) else s.value}  ({s.why})")
     print("---- batch sizes ----")
-    rows = plan.batch.table() + pass_rows(cfg)
+    rows = plan.batch.table() + pass_rows(plan.passes)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
@@ -50,10 +49,11 @@ def main(argv: Optional[List[str]] = None, backend=None) -> int:
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
 
-    try:
-        plan = RunPlan.build(cfg)  # every derived fact and every rule between features, before anything starts
+    try:  # every derived fact and every rule between features, before anything starts
+        plan = RunPlan.build(cfg, local_hardware(cfg.trainer.device))
     except ConfigError as exc:
         print(f"reasonrl: config error: {exc}", file=sys.stderr)
         return 2

@@ -108,6 +108,29 @@ def make_tiny_policy(directory, tokenizer_path: str) -> str:
     return str(directory)
 
 
+def cpu_worker_plan(cfg, world_size: int = 1):
+    """What a worker built alone in a test is handed: the plan of ``cfg`` on the CPU over ``world_size`` ranks
+    (``RunPlan.build``), for the workers."""
+    from dataclasses import replace
+
+    from reasonrl.config.plan import RunPlan
+
+    return RunPlan.build(replace(cfg, trainer=replace(cfg.trainer, num_workers=world_size))).for_workers()
+
+
+def gpu_plan(cfg, world_size: int = 1, tensor_parallel_size: int = 1, device: str = "cuda"):
+    """The plan of ``cfg`` on ``world_size`` devices (GPUs, or CPU ranks) with engines of ``tensor_parallel_size``
+    ranks: what the memory plan of a placement is given."""
+    from dataclasses import replace
+
+    from reasonrl.config.device_defaults import Hardware
+    from reasonrl.config.plan import RunPlan
+
+    placed = replace(cfg, trainer=replace(cfg.trainer, num_workers=world_size),
+                     rollout=replace(cfg.rollout, tensor_parallel_size=tensor_parallel_size))
+    return RunPlan.build(placed, Hardware(device=device, gpu_count=world_size if device == "cuda" else 0))
+
+
 def make_critic_worker(model_path: str, *overrides: str):
     """A PPO CriticWorker in this process (world size 1, gloo, one thread) for 2 prompts x 2 samples, critic.lr 0.01;
     ``overrides``: more key=value settings."""
@@ -117,7 +140,7 @@ def make_critic_worker(model_path: str, *overrides: str):
     cfg, _ = load_config(["algorithm=ppo", "trainer.device=cpu", "data.train_batch_size=2", "rollout.n=2",
                           "actor.micro_batch_size_per_worker=4", "critic.lr=0.01", *overrides])
     return CriticWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
-                        master_port=free_port(), num_threads=1)
+                        master_port=free_port(), num_threads=1, plan=cpu_worker_plan(cfg))
 
 
 def critic_batch():

@@ -55,8 +55,12 @@ def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool,
         "trainer.seed=1", *extra,
     ]
     cfg, _ = load_config(overrides, cuda_available=on_gpu)
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
+
+    plan = RunPlan.build(cfg, local_hardware(cfg.trainer.device)).for_workers()
     return ActorRolloutRefWorker(to_dict(cfg), str(model_dir), rank=0, world_size=1, master_addr="127.0.0.1",
-                                 master_port=_free_port())
+                                 master_port=_free_port(), plan=plan)
 
 
 def synthetic_batch(args, vocab: int) -> Batch:

@@ -48,6 +48,16 @@ class BatchPlan:
 
     # ------------------------------------------------------------------ derived sizes
     @property
+    def auto_budget_keys(self) -> List[str]:
+        """The token budgets still ``auto`` (``RunPlan.with_model`` fixes them)."""
+        return [k for k, v in self.token_budgets if v == AUTO]
+
+    @property
+    def rows_per_worker(self) -> int:
+        """Responses of one step on one rank (at least 1)."""
+        return max(1, self.responses_per_step // self.world_size)
+
+    @property
     def responses_per_step(self) -> int:
         return self.prompts_per_step * self.samples_per_prompt
 

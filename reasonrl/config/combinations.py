@@ -7,19 +7,29 @@ x streaming against these rules.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 Problem = Tuple[str, str]
 """(the key to change, why)."""
 
 
-def combination_problems(cfg) -> List[Problem]:
-    """Every unsupported combination in ``cfg`` as (key, message); empty when the run is supported."""
+def engine_for(engine: str, vllm_installed: Optional[bool]) -> str:
+    """``rollout.engine`` resolved: ``auto`` is vllm when it is installed, else hf (still ``auto`` while that is not
+    known: ``load_config`` does not look); any other name as set."""
+    if engine != "auto" or vllm_installed is None:
+        return engine
+    return "vllm" if vllm_installed else "hf"
+
+
+def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Problem]:
+    """Every unsupported combination in ``cfg`` as (key, message); empty when the run is supported.
+    ``vllm_installed``: whether this machine has vLLM (the plan knows; None: ``auto`` is not judged)."""
     out: List[Problem] = []
     r, alg = cfg.rollout, cfg.algorithm
-    if r.tensor_parallel_size > 1 and r.engine == "hf":
+    engine = engine_for(r.engine, vllm_installed)
+    if r.tensor_parallel_size > 1 and engine not in ("vllm", "auto"):
         out.append(("rollout.tensor_parallel_size",
-                    f"{r.tensor_parallel_size} needs rollout.engine=vllm (the hf engine is not sharded)"))
+                    f"{r.tensor_parallel_size} needs rollout.engine=vllm (the {engine} engine is not sharded)"))
     if alg.overlong_buffer > r.max_new_tokens:
         out.append(("algorithm.overlong_buffer", f"{alg.overlong_buffer} must not exceed rollout.max_new_tokens "
                                                  f"({r.max_new_tokens}): the buffer is the last tokens before the cap"))

@@ -1,15 +1,40 @@
-"""Settings whose default depends on the device the run trains on, resolved in one place after the config loads.
+"""Settings whose default depends on the device the run trains on, resolved in one place by the plan.
 
-``apply_device_defaults(cfg, device)`` fills the settings left at None or ``auto`` and returns one row per
-device-dependent setting: its effective value and why (the start-up table prints them).
+``device_settings(cfg, device, varlen_importable)`` returns one row per device-dependent setting: its effective value
+(the settings left at None or ``auto`` resolved) and why; the start-up table prints them, and the plan
+(``RunPlan.device_settings``) hands the resolved values to the workers (``RunPlan.run_config``). Nothing is written
+into the config. Pure: no torch (the machine's facts come in as a ``Hardware``, ``reasonrl.hardware``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 
-@dataclass
+@dataclass(frozen=True)
+class Hardware:
+    """The machine a plan is made for (``reasonrl.hardware.local_hardware`` asks torch; tests and the doctor name
+    one)."""
+
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (``trainer.device`` resolved)."""
+    gpu_count: int = 0
+    """GPUs torch sees on this host (0 on CPU)."""
+    varlen_attention: bool = False
+    """This torch has the varlen attention kernel (``model.attn_implementation=auto`` picks it on a GPU)."""
+    vllm_installed: Optional[bool] = None
+    """vLLM is importable here (``rollout.engine=auto`` picks it); None: not asked (``auto`` is resolved where the
+    engine starts)."""
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """This host's cores (Ray is started with them)."""
+
+
+RESOLVED_KEYS = ("rollout.enforce_eager", "model.attn_implementation", "actor.use_packing")
+"""The settings whose None/``auto`` the plan resolves (``RunPlan.run_config`` fills them for the workers)."""
+
+
+@dataclass(frozen=True)
 class DeviceSetting:
     """One row of the start-up table's per-device section."""
 
@@ -19,16 +44,6 @@ class DeviceSetting:
     """The value the run uses."""
     why: str
     """Where the value comes from (your setting, or the device's default and what the other device would get)."""
-
-
-def resolve_device(trainer_device: str) -> str:
-    """The device a process computes on: ``trainer.device`` when it names one, else cuda when torch sees a GPU
-    (``auto``). The one rule every process applies: the controller (RunPlan), eval and the workers."""
-    if trainer_device != "auto":
-        return trainer_device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def enforce_eager_for(value: Optional[bool], device: str) -> bool:
@@ -44,15 +59,6 @@ VARLEN_ATTENTION = "varlen"
 PACKED_ATTENTION = (VARLEN_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
 """Attention implementations that run a packed row's sequences through variable-length kernels: no dense mask, no
 compute between sequences. ``actor.use_packing`` is on by default with them."""
-
-
-def varlen_kernel_importable() -> bool:
-    """Whether this torch has ``torch.nn.attention.varlen.varlen_attn`` (2.11 on; its kernel is CUDA-only)."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def attn_implementation_for(value: str, device: str, varlen_importable: bool) -> str:
@@ -72,18 +78,18 @@ def use_packing_for(value: Optional[bool], attn_implementation: str) -> bool:
     return attn_implementation in PACKED_ATTENTION
 
 
-def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
-    """Fill the per-device settings left at None or ``auto`` in ``cfg`` (in place) for ``device`` ("cpu" or "cuda"), and
-    return the effective value of each per-device setting with its reason."""
+def device_settings(cfg: Any, device: str, varlen_importable: bool = False) -> List[DeviceSetting]:
+    """The effective value of each per-device setting of ``cfg`` on ``device`` ("cpu" or "cuda") with its reason
+    (``cfg`` is read, never written)."""
     on_gpu = str(device).startswith("cuda")
     rows: List[DeviceSetting] = []
     r = cfg.rollout
+    enforce_eager = enforce_eager_for(r.enforce_eager, device)
     if r.enforce_eager is None:
-        r.enforce_eager = enforce_eager_for(None, device)
         why = "GPU default; CPU would be true" if on_gpu else "CPU default; GPU would be false (CUDA graphs)"
     else:
         why = "set by you"
-    rows.append(DeviceSetting("rollout.enforce_eager", r.enforce_eager, why))
+    rows.append(DeviceSetting("rollout.enforce_eager", enforce_eager, why))
     if on_gpu:
         rows.append(DeviceSetting("rollout.gpu_memory_utilization", r.gpu_memory_utilization,
                                   "vLLM's share of each GPU; 0.5 fits a 1.5B actor + ref + vLLM on 80 GB"))
@@ -93,18 +99,17 @@ def apply_device_defaults(cfg: Any, device: str) -> List[DeviceSetting]:
     else:
         rows.append(DeviceSetting("rollout.kv_cache_gb", r.kv_cache_gb, "vLLM's KV cache in host memory (CPU)"))
     m, a = cfg.model, cfg.actor
+    attn = attn_implementation_for(m.attn_implementation, device, varlen_importable)
     if m.attn_implementation == "auto":
-        m.attn_implementation = attn_implementation_for("auto", device, varlen_kernel_importable())
         why = "auto: the varlen kernel on a GPU with torch's varlen_attn, sdpa otherwise"
     else:
         why = "set by you"
-    rows.append(DeviceSetting("model.attn_implementation", m.attn_implementation, why))
+    rows.append(DeviceSetting("model.attn_implementation", attn, why))
     if a.use_packing is None:
-        a.use_packing = use_packing_for(None, m.attn_implementation)
         why = f"auto: on with variable-length attention ({', '.join(PACKED_ATTENTION)}), off otherwise"
     else:
         why = "set by you"
-    rows.append(DeviceSetting("actor.use_packing", a.use_packing, why))
+    rows.append(DeviceSetting("actor.use_packing", use_packing_for(a.use_packing, attn), why))
     micro = cfg.actor.micro_batch_size_per_worker
     default_micro = type(cfg.actor)().micro_batch_size_per_worker
     if micro != default_micro:

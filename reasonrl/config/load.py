@@ -44,10 +44,10 @@ def _profile_applies(profile: str, device: str, cuda_available: Optional[bool]) 
         return True
     if device == "cuda":
         return False
-    if cuda_available is None:
-        import torch
+    if cuda_available is None:  # the machine's answer (reasonrl.hardware asks torch; the config does not import it)
+        from reasonrl.hardware import cuda_available as machine_has_cuda
 
-        cuda_available = torch.cuda.is_available()
+        cuda_available = machine_has_cuda()
     return not cuda_available
 
 

@@ -22,29 +22,34 @@ class Passes:
     old_log_probs: bool
     ref_log_probs: bool
     values: bool
+    old_log_probs_reason: str = ""
+    """Why the old-log-prob pass runs (the start-up table's words); empty when it does not."""
 
 
-def updates_per_batch(cfg) -> int:
-    """Optimizer steps taken on one rollout batch: epochs x mini-batches."""
-    from .batch_plan import mini_batch_prompts
-
-    return cfg.actor.ppo_epochs * max(1, cfg.data.train_batch_size // mini_batch_prompts(cfg))
+def updates_per_batch(batch) -> int:
+    """Optimizer steps taken on one rollout batch (a ``BatchPlan``): epochs x mini-batches."""
+    return batch.ppo_epochs * max(1, batch.mini_batches_per_step)
 
 
-def passes_needed(cfg) -> Passes:
+def needs_reference(cfg) -> bool:
+    """A KL term needs the reference's log-probs (``algorithm.use_kl_loss`` or ``kl_in_reward``)."""
+    return cfg.algorithm.use_kl_loss or cfg.algorithm.kl_in_reward
+
+
+def passes_needed(cfg, batch) -> Passes:
+    """The passes of ``cfg`` whose batch plan is ``batch``."""
     alg = cfg.algorithm
-    return Passes(old_log_probs=updates_per_batch(cfg) > 1 or alg.kl_in_reward or alg.off_policy.correction == "mis",
-                  ref_log_probs=alg.use_kl_loss or alg.kl_in_reward,
-                  values=alg.adv_estimator == "gae")
+    steps = updates_per_batch(batch)
+    reason = (f"{steps} optimizer steps per batch" if steps > 1 else "kl_in_reward" if alg.kl_in_reward else
+              "masked IS: off_policy.correction=mis" if alg.off_policy.correction == "mis" else "")
+    return Passes(old_log_probs=bool(reason), ref_log_probs=needs_reference(cfg),
+                  values=alg.adv_estimator == "gae", old_log_probs_reason=reason)
 
 
-def pass_rows(cfg) -> List[Tuple[str, str]]:
+def pass_rows(p: Passes) -> List[Tuple[str, str]]:
     """Rows for the start-up table: each pass, whether it runs, and why."""
-    p = passes_needed(cfg)
-    steps = updates_per_batch(cfg)
     if p.old_log_probs:
-        old = (f"on ({steps} optimizer steps per batch)" if steps > 1 else
-               "on (kl_in_reward)" if cfg.algorithm.kl_in_reward else "on (masked IS: off_policy.correction=mis)")
+        old = f"on ({p.old_log_probs_reason})"
     else:
         old = "off (one optimizer step per batch: the update's own log-probs)"
     return [

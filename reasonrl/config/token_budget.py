@@ -4,7 +4,7 @@ plan turns into the largest budget that fits the device before any worker starts
 Pure: no torch."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List
 
 AUTO = "auto"
 """The value that asks the memory plan for the budget."""
@@ -22,15 +22,6 @@ def budget_value(cfg: Any, key: str) -> Any:
 def auto_budget_keys(cfg: Any) -> List[str]:
     """The keys of ``cfg`` set to ``auto`` (still to be resolved), in ``BUDGET_KEYS`` order."""
     return [k for k in BUDGET_KEYS if budget_value(cfg, k) == AUTO]
-
-
-def set_budgets(cfg: Any, budgets: Mapping[str, int]) -> None:
-    """Write resolved budgets (key -> tokens) into ``cfg`` in place; KeyError naming a key that is not a budget."""
-    for key, tokens in budgets.items():
-        if key not in BUDGET_KEYS:
-            raise KeyError(f"{key!r} is not a token-budget key ({', '.join(BUDGET_KEYS)})")
-        section, name = key.split(".")
-        setattr(getattr(cfg, section), name, int(tokens))
 
 
 def validate_token_budgets(cfg: Any, need: Callable[[bool, str, str], None]) -> None:

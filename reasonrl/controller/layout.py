@@ -81,10 +81,10 @@ class Layout:
 def active_roles(cfg: Any) -> List[str]:
     """The roles ``cfg`` runs: actor; reference with a KL term; critic with GAE; reward_model with
     ``reward.model.path``; async_rollout with ``trainer.mode=async``."""
-    from reasonrl.config.passes import passes_needed
+    from reasonrl.config.passes import needs_reference
 
     roles = ["actor"]
-    if passes_needed(cfg).ref_log_probs:
+    if needs_reference(cfg):
         roles.append("reference")
     if cfg.algorithm.adv_estimator == "gae":
         roles.append("critic")

@@ -6,6 +6,7 @@ budgets set to ``auto`` are resolved first and printed; async mode adds a rollou
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from reasonrl.config import ConfigError, load_config
@@ -16,21 +17,21 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     """Print the plan of the config ``overrides`` (GPU defaults: no CPU profile) on ``gpus`` GPUs of ``device_gib``
     GiB (default: this machine's first GPU, and its GPU count), and the host plan (``plan_host_memory``) of all the
     GPUs on one host of ``host_gib`` GiB (default: this machine)."""
-    from reasonrl.memory import (GIB, AutoBudgetError, Placement, apply_auto_budgets, fit_suggestions, plan_memory,
-                                 plan_rollout_worker, render_plan)
+    from reasonrl.config.device_defaults import Hardware
+    from reasonrl.config.model_facts import ModelFacts
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import varlen_kernel_importable
+    from reasonrl.memory import (GIB, AutoBudgetError, describe_budgets, fit_suggestions, plan_memory,
+                                 plan_rollout_worker, render_plan, resolve_auto_budgets)
     from reasonrl.memory.auto import host_memory_bytes
     from reasonrl.memory.host import plan_host_memory, ray_kill_threshold, render_host_plan
     from reasonrl.models.loader import ModelNotFoundError, resolve_model_path
-    from reasonrl.trainer.run_plan import model_config_json
 
     try:
         cfg, _ = load_config(list(overrides), cuda_available=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from reasonrl.config.device_defaults import apply_device_defaults
-
-    apply_device_defaults(cfg, "cuda")  # the attention and packing a GPU run of this torch would use
     import torch
 
     if device_gib is None:
@@ -49,13 +50,20 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     world = gpus or cfg.trainer.num_workers or max(1, torch.cuda.device_count())
     print(f"model {cfg.model.path}, {world} GPU(s) of {device_bytes / GIB:.1f} GiB")
     try:
-        model_config = model_config_json(resolve_model_path(cfg.model.path))
-        placement = Placement(world, cfg.rollout.tensor_parallel_size)
-        apply_auto_budgets(cfg, model_config, device_bytes, placement)  # prints the budgets auto chose
-        plan = plan_memory(cfg, model_config, device_bytes, placement)
+        facts = ModelFacts.read(resolve_model_path(cfg.model.path), cfg.model.path)
+        model_config = facts.require_config()
+        # the plan of a GPU run of this torch on ``world`` GPUs: its attention, packing and (auto) token budgets
+        on_gpus = replace(cfg, trainer=replace(cfg.trainer, num_workers=world))
+        run = RunPlan.build(on_gpus, Hardware("cuda", world, varlen_kernel_importable())).with_model(facts)
+        budgets = resolve_auto_budgets(run.run_config(cfg), model_config, device_bytes, run)
+        if budgets:
+            print(describe_budgets(budgets, device_bytes))
+        run = run.with_model(facts, budgets)
+        cfg = run.run_config(cfg)
+        plan = plan_memory(cfg, model_config, device_bytes, run)
         host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else host_memory_bytes(), world,
                                 threshold=ray_kill_threshold()) if cfg.trainer.mode != "async" else None
-        rollout = plan_rollout_worker(cfg, model_config, device_bytes) if cfg.trainer.mode == "async" else None
+        rollout = plan_rollout_worker(cfg, model_config, device_bytes, run) if run.is_async else None
     except AutoBudgetError as exc:
         print(f"does not fit: {exc}")
         return 1
@@ -79,6 +87,6 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
     if plan.fits:
         print("fits")
         return 0
-    fixes = fit_suggestions(cfg, model_config, device_bytes, placement)
+    fixes = fit_suggestions(cfg, model_config, device_bytes, run)
     print("does not fit; each of these alone would: " + (", ".join(fixes) if fixes else "(none found)"))
     return 1

@@ -1,6 +1,6 @@
 """What an evaluation derives from its config before anything loads, resolved once: the ``EvalPlan``.
 
-The evaluation's counterpart of the trainer's ``RunPlan`` (``reasonrl/trainer/run_plan.py``): the device, the
+The evaluation's counterpart of the trainer's ``RunPlan`` (``reasonrl/config/plan.py``): the device, the
 engine, the generator (the engine, or the multi-turn tool loop around it), the sampling of every problem and the
 engine's context; a sampling setting that cannot give a meaningful pass@k fails here, naming the key, before the
 tokenizer or the engine loads. The runner reads these facts from the plan, not from the raw config.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict
 
-from reasonrl.config.device_defaults import resolve_device
+from reasonrl.hardware import resolve_device
 from reasonrl.config.schema import Config
 
 

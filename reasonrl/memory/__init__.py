@@ -1,7 +1,8 @@
 """Will it fit? The expected peak memory per GPU in each phase of a step, from the config and ``config.json`` alone.
 
 Pure arithmetic (no torch, no CUDA): ``plan_memory`` turns a ``Config``, the model's ``config.json`` dict, the
-device's memory in bytes and a ``Placement`` (world size, tensor-parallel size, critic or not) into a ``MemoryPlan``:
+device's memory in bytes and the run's plan (``reasonrl.config.plan.RunPlan``: world size, tensor-parallel size,
+critic or not, the batch rows, the passes, the weight sync; default ``one_gpu_plan``) into a ``MemoryPlan``:
 for each phase of a colocated step (rollout, old log-probs, reference, critic values, critic update, actor update,
 weight sync) the terms that are on the device then, in bytes, their total and whether it fits. ``render_plan`` prints
 it as a table; ``largest_fitting_token_budget`` and ``fit_suggestions`` say what would make a layout fit.
@@ -21,16 +22,16 @@ one micro-batch's forward, c tokens of one log-prob chunk (``reasonrl/models/fus
 """
 from __future__ import annotations
 
-from .auto import (AUTO_DEVICE_SHARE, AutoBudgetError, apply_auto_budgets, device_memory_bytes, resolve_auto_budgets,
+from .auto import (AUTO_DEVICE_SHARE, AutoBudgetError, describe_budgets, device_memory_bytes, resolve_auto_budgets,
                    resolve_run_budgets)
 from .fit import fit_suggestions, largest_fitting_token_budget, render_plan
-from .plan import MemoryPlan, PhasePlan, Placement, plan_memory
+from .plan import MemoryPlan, PhasePlan, one_gpu_plan, plan_memory
 from .rollout_worker import plan_rollout_worker
 from .shape import ModelShape
 from .terms import COMPILE_ACTIVATION_RATIO, CUDA_CONTEXT_BYTES, GIB, LOGPROB_CHUNK_TOKENS
 
 __all__ = ["plan_memory", "render_plan", "largest_fitting_token_budget", "fit_suggestions", "resolve_auto_budgets",
-           "apply_auto_budgets", "resolve_run_budgets", "device_memory_bytes", "AutoBudgetError", "AUTO_DEVICE_SHARE",
+           "describe_budgets", "resolve_run_budgets", "device_memory_bytes", "AutoBudgetError", "AUTO_DEVICE_SHARE",
            "plan_rollout_worker", "MemoryPlan",
-           "PhasePlan", "Placement", "ModelShape", "GIB", "COMPILE_ACTIVATION_RATIO", "CUDA_CONTEXT_BYTES",
+           "PhasePlan", "one_gpu_plan", "ModelShape", "GIB", "COMPILE_ACTIVATION_RATIO", "CUDA_CONTEXT_BYTES",
            "LOGPROB_CHUNK_TOKENS"]

@@ -1,9 +1,9 @@
 """``*.max_tokens_per_micro_batch=auto``: the largest token budget the memory plan says fits the device.
 
-``resolve_auto_budgets`` is pure (the config, the model's ``config.json``, the device's bytes and the placement in;
-key -> tokens out). ``apply_auto_budgets`` writes the result into the config in place and says what it chose; a run
-calls it before any worker sees the config (``reasonrl.trainer.run_plan.check_memory_plan`` does on a GPU),
-``python -m reasonrl.doctor --plan`` prints it. ``device_memory_bytes`` is what "the device" is: a GPU's total
+``resolve_auto_budgets`` is pure (the config, the model's ``config.json``, the device's bytes and the run's plan in;
+key -> tokens out); ``resolve_run_budgets`` resolves a run's on its own device and says what it chose: the trainer
+hands the result to the plan (``RunPlan.with_model``; the config is never written), ``python -m reasonrl.doctor
+--plan`` prints it. ``device_memory_bytes`` is what "the device" is: a GPU's total
 memory, or on a CPU the host's RAM shared by the ranks.
 """
 from __future__ import annotations
@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from reasonrl.config.load import ConfigError
-from reasonrl.config.token_budget import auto_budget_keys, budget_value, set_budgets
+from reasonrl.config.token_budget import auto_budget_keys, budget_value
 
-from .plan import PhasePlan, Placement, _positive_number, plan_memory
+from reasonrl.config.plan import RunPlan
+
+from .plan import PhasePlan, _positive_number, one_gpu_plan, plan_memory
 from .terms import GIB
 
 AUTO_DEVICE_SHARE = 0.9
@@ -53,7 +55,7 @@ def governed_phases(cfg: Any, key: str) -> Tuple[str, ...]:
 
 
 def resolve_auto_budgets(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
-                         placement: Optional[Placement] = None, share: float = AUTO_DEVICE_SHARE) -> Dict[str, int]:
+                         plan: Optional[RunPlan] = None, share: float = AUTO_DEVICE_SHARE) -> Dict[str, int]:
     """For each budget set to ``auto``, the largest token count N (to the token) with which every phase it governs
     (``governed_phases``) has a planned ``total`` of at most ``share`` x ``device_bytes``, the rest of the config as
     it is. N is at least one longest row (data.max_prompt_length + rollout.max_new_tokens: a smaller budget runs
@@ -66,9 +68,8 @@ def resolve_auto_budgets(cfg: Any, model_config: Mapping[str, Any], device_bytes
     dev = _positive_number(device_bytes, "device_bytes")
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share!r}")
-    p = placement or Placement()
-    seq = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
-    rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // p.world_size)
+    p = plan or one_gpu_plan(cfg)
+    seq, rows = p.batch.longest_row, p.batch.rows_per_worker
     placeholder = with_budgets(cfg, {k: seq for k in keys})  # one row each: the other keys' phases are not judged
     limit = share * dev
     out: Dict[str, int] = {}
@@ -110,20 +111,6 @@ def describe_budgets(budgets: Mapping[str, int], device_bytes: float, share: flo
             f"{device_bytes / GIB:.1f} GiB)")
 
 
-def apply_auto_budgets(cfg: Any, model_config: Mapping[str, Any], device_bytes: float,
-                       placement: Optional[Placement] = None, echo: Optional[Callable[[str], Any]] = print
-                       ) -> Dict[str, int]:
-    """Resolve ``cfg``'s ``auto`` budgets (``resolve_auto_budgets``) and write them into ``cfg`` in place, so the
-    workers get numbers; ``echo`` (None: silent) gets ``describe_budgets``' line. Returns what was chosen (empty
-    when nothing was ``auto``)."""
-    budgets = resolve_auto_budgets(cfg, model_config, device_bytes, placement)
-    if budgets:
-        set_budgets(cfg, budgets)
-        if echo is not None:
-            echo(describe_budgets(budgets, float(device_bytes)))
-    return budgets
-
-
 def host_memory_bytes() -> float:
     """This machine's RAM (``os.sysconf``: physical pages x page size), or the cgroup's memory limit
     (/sys/fs/cgroup/memory.max) when that is smaller."""
@@ -150,11 +137,15 @@ def device_memory_bytes(device: str, ranks_sharing: int = 1) -> float:
     return host_memory_bytes() / ranks_sharing
 
 
-def resolve_run_budgets(cfg: Any, model_config: Mapping[str, Any], device: str, world_size: int,
+def resolve_run_budgets(cfg: Any, model_config: Mapping[str, Any], plan: RunPlan,
                         echo: Optional[Callable[[str], Any]] = print) -> Dict[str, int]:
-    """A run's ``auto`` budgets on its own device (``device_memory_bytes``; on a CPU the RAM of the ``world_size``
-    ranks), written into ``cfg`` in place (``apply_auto_budgets``); nothing is read when no budget is ``auto``."""
+    """A run's ``auto`` budgets on its own device (``device_memory_bytes``; on a CPU the RAM of the plan's ranks),
+    key -> tokens, for the plan's second step (``RunPlan.with_model``: the config is not written); ``echo``
+    (None: silent) gets ``describe_budgets``' line. Nothing is read when no budget is ``auto``."""
     if not auto_budget_keys(cfg):
         return {}
-    placement = Placement(world_size, cfg.rollout.tensor_parallel_size, device=device)
-    return apply_auto_budgets(cfg, model_config, device_memory_bytes(device, world_size), placement, echo)
+    device_bytes = device_memory_bytes(plan.device, plan.world_size)
+    budgets = resolve_auto_budgets(cfg, model_config, device_bytes, plan)
+    if budgets and echo is not None:
+        echo(describe_budgets(budgets, device_bytes))
+    return budgets

@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, List, Mapping, Optional
 
-from .plan import MemoryPlan, Placement, plan_memory
+from reasonrl.config.plan import RunPlan
+
+from .plan import MemoryPlan, one_gpu_plan, plan_memory
 from .terms import GIB
 
 def render_plan(plan: MemoryPlan) -> str:
@@ -33,15 +35,15 @@ def _with(cfg: Any, section: str, **changes: Any) -> Any:
 
 
 def largest_fitting_token_budget(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
-                                 placement: Optional[Placement] = None, step: int = 256) -> int:
+                                 plan: Optional[RunPlan] = None, step: int = 256) -> int:
     """The largest ``actor.max_tokens_per_micro_batch`` (a multiple of ``step``, at least one longest row) with which
     every phase fits, the other settings unchanged; 0 when even one row per micro-batch does not fit."""
-    seq = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
-    rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // (placement or Placement()).world_size)
+    p = plan or one_gpu_plan(cfg)
+    seq, rows = p.batch.longest_row, p.batch.rows_per_worker
 
     def fits(budget: int) -> bool:
         trial = _with(cfg, "actor", max_tokens_per_micro_batch=budget)
-        return plan_memory(trial, model_config, device_bytes, placement).fits
+        return plan_memory(trial, model_config, device_bytes, p).fits
 
     low = -(-seq // step) * step
     if not fits(low):
@@ -56,14 +58,14 @@ def largest_fitting_token_budget(cfg: Any, model_config: Mapping[str, Any], devi
 
 
 def fit_suggestions(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
-                    placement: Optional[Placement] = None) -> List[str]:
+                    plan: Optional[RunPlan] = None) -> List[str]:
     """What would make an over-full layout fit, each change tried alone: a token budget, gradient checkpointing,
     offloading the optimizer / actor / reference, a lower engine share. Empty when it fits already."""
-    plan = plan_memory(cfg, model_config, device_bytes, placement)
-    if plan.fits:
+    p = plan or one_gpu_plan(cfg)
+    if plan_memory(cfg, model_config, device_bytes, p).fits:
         return []
     out: List[str] = []
-    budget = largest_fitting_token_budget(cfg, model_config, device_bytes, placement)
+    budget = largest_fitting_token_budget(cfg, model_config, device_bytes, p)
     if budget:
         out.append(f"actor.max_tokens_per_micro_batch={budget}")
     trials = [("model.gradient_checkpointing=true", "model", {"gradient_checkpointing": True}),
@@ -72,12 +74,12 @@ def fit_suggestions(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any
               ("ref.offload_params=true", "ref", {"offload_params": True})]
     for text, section, change in trials:
         if not getattr(getattr(cfg, section), next(iter(change))):
-            if plan_memory(_with(cfg, section, **change), model_config, device_bytes, placement).fits:
+            if plan_memory(_with(cfg, section, **change), model_config, device_bytes, p).fits:
                 out.append(text)
     util = cfg.rollout.gpu_memory_utilization
     for lower in (0.4, 0.3, 0.2):
         if lower < util and plan_memory(_with(cfg, "rollout", gpu_memory_utilization=lower), model_config,
-                                        device_bytes, placement).fits:
+                                        device_bytes, p).fits:
             out.append(f"rollout.gpu_memory_utilization={lower}")
             break
     return out

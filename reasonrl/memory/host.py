@@ -85,7 +85,7 @@ def plan_host_memory(cfg: Any, model_config: Mapping[str, Any], host_bytes: floa
                      ranks_on_host: Optional[int] = None, threshold: float = RAY_KILL_THRESHOLD) -> HostPlan:
     """The host terms (module docstring) of a colocated GPU step, for the ``ranks_on_host`` ranks (default: all
     ``world_size``) of one host with ``host_bytes`` of memory."""
-    from reasonrl.config.worker_plan import engine_sleep_level
+    from reasonrl.config.plan import engine_sleep_level
 
     shape = ModelShape.from_config_json(model_config)
     W = world_size

@@ -3,31 +3,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional
 
-from reasonrl.config.batch_plan import mini_batch_prompts
-from reasonrl.config.worker_plan import weight_sync_bucket_bytes
+from reasonrl.config.device_defaults import Hardware
+from reasonrl.config.plan import RunPlan
 
 from .shape import ModelShape
 from .terms import (ADAMW_STEP_LABELS, CUDA_CONTEXT_BYTES, activation_bytes, adamw_step_bytes, compute_dtype_bytes,
                     engine_terms, head_backward_bytes, head_forward_bytes, micro_batch_tokens, no_grad_forward_bytes,
                     packed_mask_bytes, trained_of)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the step runs: how many ranks, how the engine is sharded, whether a critic shares each GPU."""
-
-    world_size: int = 1
-    """Data-parallel actor ranks, one GPU each (FSDP2 shards the models over all of them)."""
-    tensor_parallel_size: int = 1
-    """Ranks per vLLM engine (``rollout.tensor_parallel_size``): each GPU holds 1/T of the engine's weights."""
-    critic: Optional[bool] = None
-    """A PPO critic process on every actor GPU; None: as the config says (``algorithm.adv_estimator=gae``)."""
-    device: str = "cuda"
-    """cuda (vLLM sleeps while the actor trains) or cpu (host memory; vLLM's KV cache is ``rollout.kv_cache_gb``)."""
-
 
 
 @dataclass
@@ -97,24 +82,26 @@ def _positive_number(value: Any, name: str) -> float:
     return float(value)
 
 
-def _check_placement(placement: Placement, shape: ModelShape) -> None:
-    w, t = placement.world_size, placement.tensor_parallel_size
-    for name, v in (("world_size", w), ("tensor_parallel_size", t)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"placement.{name} must be a positive integer, got {v!r}")
-    if w % t:
-        raise ValueError(f"placement.tensor_parallel_size={t} must divide world_size={w}")
+def one_gpu_plan(cfg: Any) -> RunPlan:
+    """The plan of ``cfg`` on one GPU (what a memory plan assumes when it is given none)."""
+    one = replace(cfg, trainer=replace(cfg.trainer, num_workers=1))
+    return RunPlan.build(one, Hardware(device="cuda", gpu_count=1))
+
+
+def _check_placement(plan: RunPlan, shape: ModelShape) -> None:
+    t = plan.engine_ranks  # the world size and tensor-parallel size divide (``RunPlan.build``)
     if shape.num_heads % t or shape.num_kv_heads % t:
         raise ValueError(f"tensor_parallel_size={t} must divide the attention heads ({shape.num_heads}) and KV heads "
                          f"({shape.num_kv_heads})")
-    if placement.device not in ("cuda", "cpu"):
-        raise ValueError(f"placement.device must be cuda or cpu, got {placement.device!r}")
+    if plan.device not in ("cuda", "cpu"):
+        raise ValueError(f"the plan's device must be cuda or cpu, got {plan.device!r}")
 
 
 
 def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
-                placement: Optional[Placement] = None, old_log_prob_pass: Optional[bool] = None) -> MemoryPlan:
-    """The expected peak memory per GPU in each phase of one colocated step (see the module docstring).
+                plan: Optional[RunPlan] = None, old_log_prob_pass: Optional[bool] = None) -> MemoryPlan:
+    """The expected peak memory per GPU in each phase of one colocated step of ``cfg`` under ``plan`` (its ranks,
+    engine shards, critic, mode, batch rows, passes and weight sync; None: ``one_gpu_plan``; see the module docstring).
     ``old_log_prob_pass``: None decides as the trainer does (``reasonrl.config.passes``); True/False forces it (a
     benchmark's ``--old-log-prob-pass always``). The plan is the steady state: AdamW moments exist (from the first
     optimizer step on) and the reference's root is unsharded (from its first forward on).
@@ -144,22 +131,18 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     unresolved = auto_budget_keys(cfg)
     if unresolved:
         raise ValueError(f"{', '.join(unresolved)}=auto: resolve it first (reasonrl.memory.resolve_auto_budgets)")
-    p = placement or Placement()
+    p = plan or one_gpu_plan(cfg)
     shape = ModelShape.from_config_json(model_config)
     _check_placement(p, shape)
     dev = _positive_number(device_bytes, "device_bytes")
     dt = compute_dtype_bytes(cfg, p.device)
     P, W = shape.parameter_count(), p.world_size
-    critic = cfg.algorithm.adv_estimator == "gae" if p.critic is None else bool(p.critic)
-    from reasonrl.config.passes import passes_needed
-
-    passes = passes_needed(cfg)
-    rows = max(1, cfg.data.train_batch_size * cfg.rollout.n // W)
-    mini_rows = max(1, mini_batch_prompts(cfg) * cfg.rollout.n // W)
-    if cfg.trainer.mode == "async":  # the engines run on the rollout workers' devices (``plan_rollout_worker``)
+    critic, passes = p.use_critic, p.passes
+    rows, mini_rows = p.batch.rows_per_worker, max(1, p.batch.responses_per_mini_batch_per_worker)
+    if p.is_async:  # the engines run on the rollout workers' devices (``plan_rollout_worker``)
         engine, generating, sleeps, notes = {}, {}, False, []
     else:
-        engine, generating, sleeps, notes = engine_terms(cfg, shape, p.tensor_parallel_size, p.device, dev, dt, rows,
+        engine, generating, sleeps, notes = engine_terms(cfg, shape, p.engine_ranks, p.device, dev, dt, rows,
                                                          P)
     a = cfg.actor
     tr = trained_of(cfg, shape, dt)
@@ -248,18 +231,18 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                                 own_old or cfg.algorithm.entropy_coef != 0, a.compile, trained_layer, lora_saved,
                                 a.lora.rank * max(h, i) if lora else largest_full))
     largest = largest_full * dt
-    bucket = weight_sync_bucket_bytes(cfg)
+    bucket = p.bucket_bytes
     if engine:
         sync = {**resident("weight_sync"), **awake()}
-        if lora and not a.lora.merge_for_rollout:  # workers/lora_sync.py: the adapter alone, gathered at once
+        if p.lora_sync == "adapter":  # workers/lora_sync.py: the adapter alone, gathered at once
             sync["LoRA adapter (gathered, fp32)"] = 4 * Pa
-        elif lora:  # models/lora.merged_tensors: W, B A and W + B A in fp32, then the merged copy in dt
+        elif p.lora_sync == "merged":  # models/lora.merged_tensors: W, B A, W + B A in fp32, the merged copy in dt
             sync["weight sync bucket + largest parameter merged (fp32)"] = bucket + max(V * h * (4 + dt),
                                                                                         h * i * (12 + dt))
         else:
             sync["weight sync bucket + largest full parameter"] = bucket + largest
         phases.append(PhasePlan("weight_sync", sync, overhead, dev))
-    elif cfg.trainer.mode == "async":  # rank 0 broadcasts to the rollout workers (workers/weight_transfer.py)
+    elif p.is_async:  # rank 0 broadcasts to the rollout workers (workers/weight_transfer.py)
         send = resident("weight_send")
         send["weight send: bucket, its packed copy, next full parameter"] = 2 * max(bucket, largest) + largest
         phases.append(PhasePlan("weight_send", send, overhead, dev))

@@ -137,26 +137,6 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-CONTEXT_LENGTH_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""``config.json`` fields that state a model's context length, in the order they are read."""
-
-
-def model_context_length(path: str) -> Optional[int]:
-    """The model's context length from its ``config.json`` (read as JSON: nothing is loaded), None if it states
-    none or the directory has no config."""
-    import json
-
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return None
-    fields = json.loads(config.read_text())
-    fields = {**fields.get("text_config", {}), **fields}  # multimodal configs nest the language model's
-    for name in CONTEXT_LENGTH_FIELDS:
-        if isinstance(fields.get(name), int) and fields[name] > 0:
-            return fields[name]
-    return None
-
-
 def ties_word_embeddings(path: str) -> bool:
     """Whether the model's ``config.json`` ties the output head to the input embedding (read as JSON; False when the
     directory has no config or the config does not say)."""

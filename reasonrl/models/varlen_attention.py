@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from reasonrl.config.device_defaults import VARLEN_ATTENTION, varlen_kernel_importable
+from reasonrl.config.device_defaults import VARLEN_ATTENTION
+from reasonrl.hardware import varlen_kernel_importable
 
 _last_boundaries: list = [None, None, None]  # [position_ids, its version, (cu_seqlens, max_len)]
 

@@ -5,6 +5,7 @@ import importlib.util
 
 import torch
 
+from reasonrl.config.combinations import engine_for
 from reasonrl.config.schema import RolloutConfig
 from reasonrl.registry import Registry
 
@@ -34,7 +35,7 @@ def _hf_engine(cfg, model_path, tokenizer, dtype, device, max_model_len, lora_ra
 def resolve_engine_name(name: str) -> str:
     """``auto`` picks vllm when it is installed, else hf; any other name must be registered."""
     if name == "auto":
-        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+        return engine_for(name, importlib.util.find_spec("vllm") is not None)
     ENGINES[name]  # an unknown name raises UnknownName, naming the known ones
     return name
 

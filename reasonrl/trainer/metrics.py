@@ -193,3 +193,12 @@ def val_level_metrics(rows: List[Dict[str, Any]], results: List[Any]) -> Dict[st
         if judged:
             out[f"val/{level}/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)
     return out
+
+
+def slowest_rank(per_rank: List[Dict[str, float]]) -> Dict[str, float]:
+    """The largest value of each key over the ranks (a phase lasts as long as its slowest rank)."""
+    out: Dict[str, float] = {}
+    for metrics in per_rank:
+        for k, v in metrics.items():
+            out[k] = max(out.get(k, v), v)
+    return out

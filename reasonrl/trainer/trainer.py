@@ -17,7 +17,7 @@ import torch
 from reasonrl.algorithms import (compute_advantages, kl_penalty, kl_shaped_token_rewards,
                                  make_kl_controller, overlong_penalty)
 from reasonrl.config import Config, to_dict, to_yaml
-from reasonrl.config.device_defaults import apply_device_defaults
+from reasonrl.config.plan import RunPlan
 from reasonrl.controller import WorkerGroup
 from reasonrl.data import Batch, PromptDataset
 from reasonrl.data.collate import loss_mask
@@ -28,9 +28,7 @@ from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.logging import library_output
-from reasonrl.memory import resolve_run_budgets
-from reasonrl.memory.auto import auto_budget_keys, host_memory_bytes
-from reasonrl.models import load_tokenizer, model_context_length, resolve_model_path
+from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
 from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, usable_checkpoint, verify_checkpoint
@@ -38,10 +36,9 @@ from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
 from .metrics import (PhaseTimer, behaviour_gap_metrics, data_levels, level_of, policy_metrics, round_level_metrics,
-                      round_metrics, startup_metrics, val_level_metrics, with_version_lag)
+                      round_metrics, slowest_rank, startup_metrics, val_level_metrics, with_version_lag)
+from .model_checks import plan_with_model
 from .progress import StepProgress, validation_bar
-from .run_plan import (RunPlan, check_context_length, check_lora_targets, check_memory_plan, model_config_json,
-                       slowest_rank)
 from .sources import make_source
 from .watchdog import PhaseWatchdog
 
@@ -56,8 +53,7 @@ class Trainer:
     _stop = None  # fit's StopRequest, from its start (``stop_signal``)
 
     def __init__(self, cfg: Config, plan: RunPlan, backend: Any) -> None:
-        self.cfg, self.plan = cfg, plan
-        apply_device_defaults(cfg, plan.device)  # rollout.enforce_eager=None -> the device's default
+        self.cfg, self.plan = plan.run_config(cfg), plan  # the per-device settings resolved (a copy: cfg is not written)
         self.startup = PhaseTimer()  # startup_s/<phase>: logged with the first step, printed once
         self.world_size, self.batch_plan = plan.world_size, plan.batch
         if plan.offload and plan.device == "cpu":
@@ -69,15 +65,9 @@ class Trainer:
         library_output.install(str(self.run_dir), cfg.trainer.verbose)  # the libraries' output to libraries.log
         with self.startup("model_resolution"):
             self.model_path = resolve_model_path(cfg.model.path)
-            check_context_length(cfg, model_context_length(self.model_path))
-            check_lora_targets(cfg, self.model_path)  # a target the model lacks: before any weights load
-            if plan.device == "cuda":  # will it fit? before anything loads (auto token budgets resolved first)
-                check_memory_plan(cfg, model_config_json(self.model_path),
-                                  torch.cuda.get_device_properties(0).total_memory, plan.world_size,
-                                  host_bytes=host_memory_bytes(),
-                                  ranks_on_host=min(plan.world_size, torch.cuda.device_count()))
-            elif auto_budget_keys(cfg):  # a CPU run: auto token budgets against the RAM its ranks share
-                resolve_run_budgets(cfg, model_config_json(self.model_path), plan.device, plan.world_size)
+            self.plan = plan = plan_with_model(cfg, plan, self.model_path)  # before any weights load
+            self.cfg = cfg = plan.run_config(cfg)  # what the workers read: nothing is written into the config
+            self.batch_plan = plan.batch
             self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         with self.startup("data"):
             self.train_data = PromptDataset(task_files(cfg.task, "train", cfg.data.train_files), self.tokenizer,

@@ -30,7 +30,7 @@ from reasonrl.config import from_dict
 from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
-from reasonrl.rollout import SLEEP_PARTS, resolve_engine_name
+from reasonrl.rollout import SLEEP_PARTS
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS, dispatch
@@ -44,16 +44,12 @@ log = logging.getLogger(__name__)
 
 class ActorRolloutRefWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
+                 master_port: int, num_threads: int = 0, *, plan: WorkerPlan) -> None:
         self.cfg = from_dict(config)
-        if self.cfg.rollout.tensor_parallel_size > 1 and resolve_engine_name(self.cfg.rollout.engine) != "vllm":
-            raise ValueError(f"rollout.tensor_parallel_size={self.cfg.rollout.tensor_parallel_size} needs "
-                             f"rollout.engine=vllm (the {self.cfg.rollout.engine} engine is not sharded)")
         self.rank, self.world_size = rank, world_size
-        # The trainer's plan (batch sizes, engine or not, tools); built from the same config when the worker stands alone.
-        self.plan = plan or WorkerPlan.from_config(self.cfg, world_size)
+        self.plan = plan  # the trainer's plan: batch sizes, device, engine or not, tools, the weight sync
         self.batch_plan = self.plan.batch
-        self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
+        self.device, self.mesh = start_rank(plan.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         self.model_path = model_path
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
@@ -79,7 +75,7 @@ class ActorRolloutRefWorker:
         self.host: Optional[EngineHost] = None  # trainer.mode=async: no engine here, the RolloutWorkers generate
         if self.plan.hosts_engine:
             started = time.perf_counter()
-            engine = make_engine(self.cfg, model_path, self.tokenizer, self.compute_dtype, self.device,
+            engine = make_engine(self.cfg, self.plan, model_path, self.tokenizer, self.compute_dtype, self.device,
                                  self.plan.engine_sleep_level)
             self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=self.plan.tools,
                                    start_seconds=time.perf_counter() - started)

@@ -40,12 +40,12 @@ class CriticWorker:
     """Same constructor as ``ActorRolloutRefWorker`` so one ``WorkerGroup`` recipe builds either."""
 
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str,
-                 master_port: int, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
+                 master_port: int, num_threads: int = 0, *, plan: WorkerPlan) -> None:
         self.cfg = from_dict(config)
         self.rank, self.world_size = rank, world_size
         # The trainer's plan: the same mini- and micro-batches as the actor.
-        self.batch_plan = (plan or WorkerPlan.from_config(self.cfg, world_size)).batch
-        self.device, self.mesh = start_rank(self.cfg.trainer.device, self.cfg.trainer.seed, rank, world_size,
+        self.batch_plan = plan.batch
+        self.device, self.mesh = start_rank(plan.device, self.cfg.trainer.seed, rank, world_size,
                                             master_addr, master_port, num_threads)
         c = self.cfg.critic
         path = c.model_path or model_path

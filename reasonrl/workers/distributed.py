@@ -7,7 +7,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from reasonrl.config.device_defaults import resolve_device
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int, device: str):
@@ -37,11 +36,10 @@ def all_reduce_max(value: float, device: str) -> float:
     return float(t.item())
 
 
-def start_rank(trainer_device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
+def start_rank(device: str, seed: int, rank: int, world_size: int, master_addr: str, master_port: int,
                num_threads: int = 0):
-    """What every worker rank does first: pick its device (``resolve_device``, the rule the RunPlan applied),
-    cap CPU threads, join the group and seed torch. Returns (device, mesh)."""
-    device = resolve_device(trainer_device)
+    """What every worker rank does first on the plan's ``device``: cap CPU threads, join the group and seed torch.
+    Returns (device, mesh)."""
     if device == "cpu" and num_threads:
         torch.set_num_threads(num_threads)
     mesh = init_distributed(rank, world_size, master_addr, master_port, device)

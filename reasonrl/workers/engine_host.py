@@ -8,11 +8,12 @@ between the workers: ``ActorRolloutRefWorker`` gathers them from its own FSDP ac
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from reasonrl.config.worker_plan import adapter_only_sync
+from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.rollout import SLEEP_PARTS, SamplingParams
 from reasonrl.rollout.multiturn import ToolRollout, tool_meta
@@ -74,14 +75,15 @@ def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Di
         yield completions_to_batch(part, out, start, with_tools)
 
 
-def make_engine(cfg, model_path: str, tokenizer, dtype: torch.dtype, device: str, sleep_level: int = 1):
-    """The worker's rollout engine (``rollout.engine``); a vLLM engine that will take adapter-only syncs starts with
-    LoRA enabled at the adapter's rank. ``sleep_level``: the plan's ``engine_sleep_level`` (vLLM on GPU)."""
+def make_engine(cfg, plan: WorkerPlan, model_path: str, tokenizer, dtype: torch.dtype, device: str,
+                sleep_level: int = 1):
+    """The worker's rollout engine (the plan's engine, at its ``max_model_len``); a vLLM engine that will take
+    adapter-only syncs (``lora_sync=adapter``) starts with LoRA enabled at the adapter's rank. ``sleep_level``: the
+    plan's ``engine_sleep_level`` (vLLM on GPU)."""
     from reasonrl.rollout import make_rollout_engine
 
-    max_len = cfg.data.max_prompt_length + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
-    return make_rollout_engine(cfg.rollout, model_path, tokenizer, dtype, device, max_len,
-                               lora_rank=cfg.actor.lora.rank if adapter_only_sync(cfg) else 0,
+    return make_rollout_engine(replace(cfg.rollout, engine=plan.engine), model_path, tokenizer, dtype, device,
+                               plan.max_model_len, lora_rank=cfg.actor.lora.rank if plan.lora_sync == "adapter" else 0,
                                sleep_level=sleep_level)
 
 

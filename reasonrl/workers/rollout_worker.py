@@ -15,8 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 
 from reasonrl.config import from_dict
-from reasonrl.config.device_defaults import resolve_device
-from reasonrl.config.worker_plan import WorkerPlan, weight_sync_bucket_bytes
+from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
@@ -30,11 +29,11 @@ class RolloutWorker:
     """One rollout engine on one device (a GPU, or CPU cores), driven by the async trainer."""
 
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str = "",
-                 master_port: int = 0, num_threads: int = 0, plan: Optional[WorkerPlan] = None) -> None:
+                 master_port: int = 0, num_threads: int = 0, *, plan: WorkerPlan) -> None:
         self.cfg = from_dict(config)
-        tools = (plan or WorkerPlan.from_config(self.cfg, world_size)).tools
+        self.plan, tools = plan, plan.tools
         self.rank = rank
-        self.device = resolve_device(self.cfg.trainer.device)
+        self.device = plan.device
         if self.device == "cuda":
             torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
         elif num_threads:
@@ -43,7 +42,7 @@ class RolloutWorker:
         self.model_path = model_path
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.dtype = torch_dtype(self.cfg.model.dtype, self.device)
-        engine = make_engine(self.cfg, model_path, self.tokenizer, self.dtype, self.device)
+        engine = make_engine(self.cfg, plan, model_path, self.tokenizer, self.dtype, self.device)
         self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=tools)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
@@ -75,7 +74,7 @@ class RolloutWorker:
         """Take the actor's weights of ``version`` from the transfer group, bucket by bucket, into the engine (a LoRA
         adapter-only sync: the adapter's tensors, loaded as the engine's adapter once all have arrived)."""
         start = time.perf_counter()
-        bucket_bytes = weight_sync_bucket_bytes(self.cfg)
+        bucket_bytes = self.plan.bucket_bytes
         if specs and all(is_adapter_param(s.name) for s in specs):
             tensors = [t for bucket in weight_transfer.receive(self.group, specs, bucket_bytes, self.device)
                        for t in bucket]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import cpu_worker_plan
 
 from reasonrl.workers import weight_transfer
 
@@ -27,7 +28,7 @@ TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n
 def make_trainer(policy, args):
     from reasonrl.config import load_config
     from reasonrl.trainer.backends import RayBackend
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
     from reasonrl.trainer.trainer import Trainer
 
     cfg, _ = load_config(TINY + [f"model.path={policy}"] + args, cuda_available=False)
@@ -220,7 +221,7 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, tiny_polic
     greedy = {"n": 2, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8, "logprobs": False}
     start_ray("local", num_cpus=4)
     group = WorkerGroup(ActorRolloutRefWorker if colocated else RolloutWorker, 1, False, 1,
-                        {"config": to_dict(cfg), "model_path": tiny_policy})
+                        {"config": to_dict(cfg), "model_path": tiny_policy, "plan": cpu_worker_plan(cfg)})
     rounds = {}
     try:
         with make_pool(cfg.reward) as pool:
@@ -251,7 +252,7 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
 
     cfg, _ = load_config(["task=math_tool", "trainer.mode=async", "rollout.engine=hf", "tool.sandbox=bwrap",
                           "rollout.max_new_tokens=16"], cuda_available=False)
-    worker = RolloutWorker(to_dict(cfg), model_path, rank=0, world_size=1)
+    worker = RolloutWorker(to_dict(cfg), model_path, rank=0, world_size=1, plan=cpu_worker_plan(cfg))
     try:
         assert isinstance(worker.host.generator, ToolRollout)
         data = PromptDataset(task_files("math_tool", "train", None), load_tokenizer(model_path), 384)

@@ -13,6 +13,8 @@ import pytest
 import ray
 import torch
 
+from helpers import cpu_worker_plan
+
 from reasonrl.config import load_config, to_dict
 from reasonrl.controller import WorkerGroup, free_port
 from reasonrl.data import Batch
@@ -93,12 +95,14 @@ def test_hf_engine_refuses_tensor_parallel_before_loading_anything(model_path):
 
     with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size': 2 needs rollout.engine=vllm"):
         load_config(["rollout.engine=hf", "rollout.tensor_parallel_size=2"], cuda_available=False)  # the rule
-    cfg, _ = load_config(["rollout.engine=hf"], cuda_available=False)
-    raw = to_dict(cfg)
-    raw["rollout"]["tensor_parallel_size"] = 2  # a config that never went through load_config: the worker refuses too
-    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 needs rollout.engine=vllm"):
-        ActorRolloutRefWorker(raw, model_path, rank=0, world_size=1, master_addr="127.0.0.1",
-                              master_port=free_port())
+    from reasonrl.config.device_defaults import Hardware
+    from reasonrl.config.plan import RunPlan
+
+    # engine=auto on a machine without vLLM is the hf engine: the plan refuses it by the same rule, naming the engine
+    cfg, _ = load_config(["rollout.tensor_parallel_size=2", "trainer.num_workers=2"], cuda_available=False)
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size': 2 needs rollout.engine=vllm \(the hf engine"):
+        RunPlan.build(cfg, Hardware(vllm_installed=False))
+    assert RunPlan.build(cfg, Hardware(vllm_installed=True)).engine == "vllm"
 
 
 # ----------------------------------------------------------------------------- the real engine, sharded two ways
@@ -144,10 +148,10 @@ class ProbedWorker(ActorRolloutRefWorker):
 def test_two_workers_share_one_engine_sharded_two_ways(local_ray, tp_model):
     cfg, _ = load_config(["rollout.engine=vllm", "rollout.tensor_parallel_size=2", "rollout.kv_cache_gb=0.1",
                           "data.max_prompt_length=32", "rollout.max_new_tokens=8", "eval.max_new_tokens=8",
-                          "model.dtype=float32", "trainer.device=cpu", "trainer.profile=none",
+                          "model.dtype=float32", "trainer.device=cpu", "trainer.profile=none", "trainer.num_workers=2",
                           f"model.path={tp_model}"], cuda_available=False)
-    group = WorkerGroup(ProbedWorker, 2, use_gpu=False, cpus_per_worker=1,
-                        init_kwargs={"config": to_dict(cfg), "model_path": tp_model}, engine_ranks=2)
+    group = WorkerGroup(ProbedWorker, 2, use_gpu=False, cpus_per_worker=1, engine_ranks=2,
+                        init_kwargs={"config": to_dict(cfg), "model_path": tp_model, "plan": cpu_worker_plan(cfg, 2)})
     try:
         from transformers import AutoConfig
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from components import VLLM, require, vllm_ready
+from helpers import cpu_worker_plan
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +99,8 @@ def test_two_workers_match_one_worker(model_path):
     after = {}
     try:
         for world in (1, 2):
-            group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, {"config": to_dict(cfg), "model_path": model_path})
+            group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, {"config": to_dict(cfg), "model_path": model_path,
+                                                                         "plan": cpu_worker_plan(cfg, world)})
             b = batch.union(group.compute_log_probs(batch)).union(group.compute_ref_log_probs(batch))
             metrics = group.update_actor(b)
             after[world] = (group.compute_log_probs(batch)["old_log_probs"], metrics)

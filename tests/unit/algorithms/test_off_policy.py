@@ -211,12 +211,13 @@ def test_bad_off_policy_settings_are_refused_naming_the_key(args, key, words):
 
 
 def test_masked_is_runs_the_old_log_prob_pass_and_no_cap_is_accepted():
-    from reasonrl.config.passes import pass_rows, passes_needed
+    from reasonrl.config.passes import pass_rows
+    from reasonrl.config.plan import RunPlan
 
-    c = cfg("trainer.device=cpu", "algorithm.off_policy.correction=mis")
-    assert passes_needed(c).old_log_probs
-    assert dict(pass_rows(c))["pass: old log-probs"] == "on (masked IS: off_policy.correction=mis)"
-    assert not passes_needed(cfg("trainer.device=cpu", "algorithm.off_policy.correction=decoupled")).old_log_probs
+    passes = RunPlan.build(cfg("trainer.device=cpu", "algorithm.off_policy.correction=mis")).passes
+    assert passes.old_log_probs
+    assert dict(pass_rows(passes))["pass: old log-probs"] == "on (masked IS: off_policy.correction=mis)"
+    assert not RunPlan.build(cfg("trainer.device=cpu", "algorithm.off_policy.correction=decoupled")).passes.old_log_probs
     assert cfg("algorithm.off_policy.correction=decoupled", "algorithm.off_policy.cap=inf").algorithm.off_policy.cap \
         == math.inf
 

@@ -102,7 +102,7 @@ def test_configured_equals_the_command_line(combo):
 
 def test_every_combination_is_planned_or_refused_naming_the_keys():
     from reasonrl.config.load import validate
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
 
     refused = 0
     for combo in ALL:
@@ -113,11 +113,11 @@ def test_every_combination_is_planned_or_refused_naming_the_keys():
                 validate(cfg)  # what load_config runs
             assert any(k in str(err.value) for k in want), (name(combo), err.value)  # the first broken rule
             with pytest.raises(ConfigError) as err:
-                RunPlan.build(cfg, device="cpu")
+                RunPlan.build(cfg)
             assert all(k in str(err.value) for k in want), (name(combo), err.value)  # every broken rule, named
             continue
         validate(cfg)
-        plan = RunPlan.build(cfg, device="cpu")
+        plan = RunPlan.build(cfg)
         assert plan.mode == ("async" if combo["async"] else "colocated")
         assert plan.generator == ("tools" if combo["tools"] else "plain")
         assert plan.engine_ranks == (2 if combo["tp"] else 1) and plan.world_size == (2 if combo["tp"] else 1)
@@ -170,7 +170,7 @@ TINY = ["rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "rollout.
 def one_step(combo: Dict[str, bool], tiny_policy: str, out, extra: Optional[List[str]] = None) -> Dict[str, float]:
     """One real step of ``combo`` in this process; its metrics row (as logged)."""
     from reasonrl.trainer.backends import InProcessBackend
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
     from reasonrl.trainer.trainer import Trainer
 
     cfg, _ = load_config(combo_args(combo) + TINY + [f"model.path={tiny_policy}", f"trainer.output_dir={out}"]

@@ -6,20 +6,26 @@ import pytest
 import torch
 
 from reasonrl.config import load_config
-from reasonrl.config.passes import Passes, pass_rows, passes_needed, updates_per_batch
+from reasonrl.config.passes import Passes, pass_rows, updates_per_batch
+from reasonrl.config.plan import RunPlan
 
-from helpers import free_port, make_tiny_policy
+from helpers import cpu_worker_plan, free_port, make_tiny_policy
 
 
 def cfg_of(*args: str):
     return load_config(["trainer.device=cpu", "data.train_batch_size=8", *args], cuda_available=False)[0]
 
 
+def plan_parts(cfg):
+    plan = RunPlan.build(cfg)
+    return plan.passes, plan.batch
+
+
 def test_one_optimizer_step_per_batch_skips_the_old_log_prob_pass():
     # GRPO defaults: 1 epoch, mini-batch = whole batch (ppo_mini_batch_size 0), KL in the loss.
     cfg = cfg_of()
-    assert updates_per_batch(cfg) == 1
-    assert passes_needed(cfg) == Passes(old_log_probs=False, ref_log_probs=True, values=False)
+    assert updates_per_batch(RunPlan.build(cfg).batch) == 1
+    assert RunPlan.build(cfg).passes == Passes(old_log_probs=False, ref_log_probs=True, values=False)
 
 
 @pytest.mark.parametrize("args, steps", [(("actor.ppo_epochs=2",), 2),
@@ -27,27 +33,27 @@ def test_one_optimizer_step_per_batch_skips_the_old_log_prob_pass():
                                          (("actor.ppo_mini_batch_size=2", "actor.ppo_epochs=3"), 12)])
 def test_several_optimizer_steps_need_the_old_log_probs(args, steps):
     cfg = cfg_of(*args)
-    assert updates_per_batch(cfg) == steps
-    assert passes_needed(cfg).old_log_probs
+    assert updates_per_batch(RunPlan.build(cfg).batch) == steps
+    assert RunPlan.build(cfg).passes.old_log_probs
 
 
 def test_kl_in_reward_needs_old_log_probs_before_the_update_and_gae_needs_values():
     cfg = cfg_of("algorithm=ppo")  # PPO preset: GAE, KL in the reward
     assert cfg.algorithm.kl_in_reward and cfg.algorithm.adv_estimator == "gae"
-    assert passes_needed(cfg) == Passes(old_log_probs=True, ref_log_probs=True, values=True)
+    assert RunPlan.build(cfg).passes == Passes(old_log_probs=True, ref_log_probs=True, values=True)
 
 
 def test_no_kl_term_skips_the_reference_pass():
     cfg = cfg_of("algorithm.use_kl_loss=false")
-    assert passes_needed(cfg) == Passes(old_log_probs=False, ref_log_probs=False, values=False)
+    assert RunPlan.build(cfg).passes == Passes(old_log_probs=False, ref_log_probs=False, values=False)
 
 
 def test_start_up_rows_say_which_passes_run_and_why():
-    rows = dict(pass_rows(cfg_of("actor.ppo_epochs=2", "algorithm.use_kl_loss=false")))
+    rows = dict(pass_rows(plan_parts(cfg_of("actor.ppo_epochs=2", "algorithm.use_kl_loss=false"))[0]))
     assert rows == {"pass: old log-probs": "on (2 optimizer steps per batch)",
                     "pass: ref log-probs": "off (no KL term)",
                     "pass: values (critic)": "off"}
-    assert dict(pass_rows(cfg_of()))["pass: old log-probs"].startswith("off")
+    assert dict(pass_rows(plan_parts(cfg_of())[0]))["pass: old log-probs"].startswith("off")
 
 
 def test_update_reports_the_skipped_pass_metrics(tmp_path, model_path):
@@ -65,7 +71,8 @@ def test_update_reports_the_skipped_pass_metrics(tmp_path, model_path):
     batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None] * batch["response_mask"]
     cfg = cfg_of("rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2", "actor.micro_batch_size_per_worker=3")
     worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
-                                   master_port=free_port(), num_threads=1)
+                                   master_port=free_port(), num_threads=1,
+        plan=cpu_worker_plan(cfg))
     before = batch.union(worker.compute_log_probs(batch)).union(worker.compute_ref_log_probs(batch))
     mask = batch["response_mask"]
     expected = {**policy_metrics(before["old_log_probs"], before["ref_log_probs"], before["entropy"], mask),

@@ -9,7 +9,7 @@ from reasonrl.data.micro_batches import (fixed_size_groups, loss_denominator, mi
                                          token_budget_groups)
 from reasonrl.workers.actor_update import policy_update
 
-from helpers import critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
+from helpers import cpu_worker_plan, critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
 
 # (prompt, response) lengths; totals 8, 4, 3, 9, 4.
 PROMPTS = [2, 3, 1, 4, 2]
@@ -89,7 +89,7 @@ def update_gradient(policy: str, mode: str, *overrides: str):
                           "algorithm.entropy_coef=0.01", f"algorithm.loss_agg_mode={mode}", *overrides],
                          cuda_available=False)
     worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
-                                   master_port=free_port(), num_threads=1)
+                                   master_port=free_port(), num_threads=1, plan=cpu_worker_plan(cfg))
     # the update without the offload moves, the last mini-batch's gradients left on the parameters
     metrics = policy_update(worker.policy, batch, worker.cfg.algorithm.kl_coef)
     grads = {n: p.grad.full_tensor().clone() for n, p in worker.policy.model.named_parameters() if p.grad is not None}
@@ -146,7 +146,8 @@ def test_two_ranks_with_different_group_counts_match_one_rank(tiny_policy):
                                   "actor.lr=1e-3", "algorithm.use_kl_loss=false", "actor.use_packing=true",
                                   f"actor.max_tokens_per_micro_batch={budget}"], cuda_available=False)
             group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, {"config": to_dict(cfg),
-                                                                         "model_path": tiny_policy})
+                                                                         "model_path": tiny_policy,
+                                                                         "plan": cpu_worker_plan(cfg, world)})
             metrics = group.update_actor(batch)
             after[world] = (group.compute_log_probs(batch)["old_log_probs"], metrics["actor/grad_norm"])
             group.shutdown()

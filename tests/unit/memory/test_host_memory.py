@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import free_port, make_tiny_causal_lm
+from helpers import free_port, gpu_plan, make_tiny_causal_lm
 from memory_runs import QWEN_1P5B, QWEN_7B, RESULTS, step_config
 
 from reasonrl.config import ConfigError, load_config
-from reasonrl.config.worker_plan import engine_sleep_level
+from reasonrl.config.plan import engine_sleep_level
 
 
 def test_a_bf16_reference_computes_exactly_what_fp32_shards_cast_to_bf16_compute_in_half_the_bytes(tmp_path):
@@ -100,7 +100,7 @@ def test_the_ninth_sessions_layout_does_not_fit_and_the_check_names_what_would()
     from reasonrl.memory import GIB
     from reasonrl.memory.host import plan_host_memory, sleeping_engine_bytes
     from reasonrl.memory.shape import ModelShape
-    from reasonrl.trainer.run_plan import check_memory_plan
+    from reasonrl.trainer.model_checks import check_memory_plan
 
     assert sleeping_engine_bytes(ModelShape.from_config_json(QWEN_7B), 2, 1) == 28723519488
     cfg = _gpu_config(*FULL_OFFLOAD, "ref.param_dtype=float32", "rollout.sleep_level=1")
@@ -109,7 +109,7 @@ def test_the_ninth_sessions_layout_does_not_fit_and_the_check_names_what_would()
     assert not plan.fits
     printed = []
     with pytest.raises(ConfigError) as err:
-        check_memory_plan(cfg, QWEN_7B, 139.8 * GIB, 1, echo=printed.append, host_bytes=NODE)
+        check_memory_plan(cfg, gpu_plan(cfg), QWEN_7B, 139.8 * GIB, echo=printed.append, host_bytes=NODE)
     message = str(err.value)
     assert "host memory plan does not fit: 140.2 GiB" in message and "119.6 GiB" in message
     # alone: level 2 leaves 16 P = 113.5; keeping the optimizer 8 P + 26.75 = 83.5, the actor 12 P + 26.75 = 111.9,
@@ -117,9 +117,9 @@ def test_the_ninth_sessions_layout_does_not_fit_and_the_check_names_what_would()
     assert message.split("each of these would fit the host (check the GPU plan too): ")[1].split(";")[0] == \
         "rollout.sleep_level=2, actor.offload_optimizer=false, actor.offload_params=false, ref.offload_params=false"
     assert any(line.startswith("host memory plan (1 rank(s)") for line in printed)
-    check_memory_plan(_gpu_config(*FULL_OFFLOAD, "ref.param_dtype=float32", "rollout.sleep_level=1",
-                                  "trainer.ignore_memory_plan=true"), QWEN_7B, 139.8 * GIB, 1, echo=printed.append,
-                      host_bytes=NODE)  # the escape hatch starts anyway
+    hatch = _gpu_config(*FULL_OFFLOAD, "ref.param_dtype=float32", "rollout.sleep_level=1",
+                        "trainer.ignore_memory_plan=true")
+    check_memory_plan(hatch, gpu_plan(hatch), QWEN_7B, 139.8 * GIB, echo=printed.append, host_bytes=NODE)  # the escape hatch starts anyway
 
 
 def test_an_adapter_only_lora_sync_sleeps_at_level_1_and_plans_the_engines_host_copy():

@@ -5,10 +5,11 @@ All in-process arithmetic on tiny shapes (no model loads, no subprocess)."""
 from __future__ import annotations
 
 import pytest
+from helpers import gpu_plan
 
 from reasonrl.config import ConfigError, from_dict, load_config, to_dict
 from reasonrl.config.batch_plan import BatchPlan
-from reasonrl.memory import (AUTO_DEVICE_SHARE, GIB, AutoBudgetError, Placement, device_memory_bytes, plan_memory,
+from reasonrl.memory import (AUTO_DEVICE_SHARE, GIB, AutoBudgetError, device_memory_bytes, plan_memory,
                              plan_rollout_worker, resolve_auto_budgets, resolve_run_budgets)
 from reasonrl.memory.auto import host_memory_bytes, with_budgets
 
@@ -34,7 +35,7 @@ def config(*overrides: str, cuda: bool = True):
     return cfg
 
 
-def update_total(cfg, tokens: int, device: float, placement: Placement) -> float:
+def update_total(cfg, tokens: int, device: float, placement) -> float:
     plan = plan_memory(with_budgets(cfg, {ACTOR: tokens}), TINY, device, placement)
     return plan.phase("update").total
 
@@ -44,7 +45,7 @@ def update_total(cfg, tokens: int, device: float, placement: Placement) -> float
 
 def test_auto_budget_is_the_hand_derived_edge_of_fitting():
     cfg = config(*SMALL, f"{ACTOR}=auto", cuda=False)
-    cpu = Placement(device="cpu")  # host memory: no CUDA context in the totals
+    cpu = gpu_plan(cfg, device="cpu")  # host memory: no CUDA context in the totals
     # The update at a budget of N tokens (16 <= N <= 128; one step per batch, so no old pass and the update's head
     # computes entropy), bytes: actor weights 4P = 5792, AdamW 8P = 11584, the hf engine's bf16 copy 2P = 2896
     # (it never sleeps), gradients 4P = 5792, the unsharded root 264 x 2 = 528, FSDP layers in flight
@@ -156,29 +157,42 @@ def test_the_batch_table_shows_the_budgets():
 # ------------------------------------------------------------------ where a run resolves it
 
 
-def test_the_start_up_check_resolves_auto_in_the_config_before_the_workers_see_it():
-    from reasonrl.trainer.run_plan import check_memory_plan
+def test_the_plan_resolves_auto_before_the_workers_see_it_and_the_config_is_not_written():
+    from reasonrl.config.model_facts import ModelFacts
+    from reasonrl.memory import describe_budgets
+    from reasonrl.trainer.model_checks import check_memory_plan
 
     args = ["data.train_batch_size=64", "rollout.n=8", "rollout.max_new_tokens=1024", f"{ACTOR}=auto"]
     cfg, _ = load_config(args, cuda_available=True)
+    plan = gpu_plan(cfg)
     expected = resolve_auto_budgets(cfg, QWEN_1P5B, 80 * GIB)[ACTOR]
+    budgets = resolve_auto_budgets(cfg, QWEN_1P5B, 80 * GIB, plan)
+    assert describe_budgets(budgets, 80 * GIB) == (f"auto token budgets: {ACTOR}={expected} (the largest whose phases "
+                                                   "fit 90% of 80.0 GiB)")
+    plan = plan.with_model(ModelFacts.from_config_json("qwen", QWEN_1P5B), budgets)
+    assert dict(plan.batch.token_budgets)[ACTOR] == expected and not plan.batch.auto_budget_keys
+    run = plan.run_config(cfg)
+    assert to_dict(run)["actor"]["max_tokens_per_micro_batch"] == expected  # what the workers are handed
+    assert cfg.actor.max_tokens_per_micro_batch == "auto"  # the loaded config is never written
     printed = []
-    check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)  # fits once auto has chosen
-    assert cfg.actor.max_tokens_per_micro_batch == expected
-    assert to_dict(cfg)["actor"]["max_tokens_per_micro_batch"] == expected  # what the workers are handed
-    assert printed[0] == (f"auto token budgets: {ACTOR}={expected} (the largest whose phases fit 90% of 80.0 GiB)")
-    assert "memory plan per GPU" in printed[1]
+    check_memory_plan(run, plan, QWEN_1P5B, 80 * GIB, echo=printed.append)  # fits once auto has chosen
+    assert "memory plan per GPU" in printed[0]
 
 
 def test_a_cpu_run_plans_auto_against_the_hosts_ram_shared_by_its_ranks():
+    from reasonrl.config.model_facts import ModelFacts
+
     cfg = config(*SMALL, f"{ACTOR}=auto", "trainer.num_workers=2", cuda=False)
     ram = host_memory_bytes()
     assert device_memory_bytes("cpu", 2) == ram / 2
-    expected = resolve_auto_budgets(cfg, TINY, ram / 2, Placement(2, device="cpu"))
+    plan = gpu_plan(cfg, 2, device="cpu")
+    expected = resolve_auto_budgets(cfg, TINY, ram / 2, plan)
     printed = []
-    assert resolve_run_budgets(cfg, TINY, "cpu", 2, echo=printed.append) == expected
-    assert cfg.actor.max_tokens_per_micro_batch == expected[ACTOR] and printed[0].startswith("auto token budgets")
-    assert resolve_run_budgets(cfg, TINY, "cpu", 2, echo=printed.append) == {}  # nothing left to resolve
+    assert resolve_run_budgets(cfg, TINY, plan, echo=printed.append) == expected
+    assert printed[0].startswith("auto token budgets")
+    run = plan.with_model(ModelFacts.from_config_json("tiny", TINY), expected).run_config(cfg)
+    assert run.actor.max_tokens_per_micro_batch == expected[ACTOR] and cfg.actor.max_tokens_per_micro_batch == "auto"
+    assert resolve_run_budgets(run, TINY, plan, echo=printed.append) == {}  # nothing left to resolve
     with pytest.raises(ValueError, match="ranks_sharing must be a positive integer"):
         device_memory_bytes("cpu", 0)
     with pytest.raises(ValueError, match="device must be cuda or cpu, got 'tpu'"):
@@ -213,7 +227,8 @@ def test_async_mode_plans_the_rollout_workers_engine_and_the_actors_weight_send(
             "rollout.weight_sync_bucket_mb=1", "algorithm.use_kl_loss=false", "data.max_prompt_length=8",
             "rollout.max_new_tokens=8", "eval.max_new_tokens=8", "data.train_batch_size=4", "rollout.n=2")
     device = 4 * GIB
-    worker = plan_rollout_worker(config(*base), TINY, device)
+    two_actors = gpu_plan(config(*base), 2)  # two actor GPUs (the two rollout workers divide them); a worker's rows
+    worker = plan_rollout_worker(config(*base), TINY, device, two_actors)  # are its share of the step's responses
     assert [p.name for p in worker.phases] == ["rollout", "weight_receive"]
     # vLLM takes gpu_memory_utilization 0.5 x 4 GiB: its bf16 weights 2P = 2896 bytes, the rest KV cache; the
     # receive buffer is one bucket of 1 MiB (the largest parameter, the embedding 32 x 8 x 2 = 512 bytes, is smaller).
@@ -223,11 +238,12 @@ def test_async_mode_plans_the_rollout_workers_engine_and_the_actors_weight_send(
     assert receive.total == 2 * GIB + 2**20 + GIB  # + one CUDA context
     # hf engine: its bf16 copy, and generating the KV cache of its share, 4 x 2 / 2 workers = 4 rows of 16 tokens x
     # 2 (k, v) x 2 layers x kv 4 x 2 bytes = 32 bytes a token: 4 x 16 x 32 = 2048.
-    hf = plan_rollout_worker(config(*base, "rollout.engine=hf"), TINY, device).phase("rollout").terms
+    hf_cfg = config(*base, "rollout.engine=hf")
+    hf = plan_rollout_worker(hf_cfg, TINY, device, gpu_plan(hf_cfg, 2)).phase("rollout").terms
     assert hf == {"engine weights (hf copy)": 2896, "engine KV cache (hf generate)": 2048}
     # The actor's devices hold no engine; rank 0's broadcast holds the resident terms (4P + 8P), a 1 MiB bucket, its
     # packed copy and the next full parameter (512 bytes).
-    actor = plan_memory(config(*base), TINY, device)
+    actor = plan_memory(config(*base, "async_rollout.num_rollout_workers=1"), TINY, device)  # one actor GPU
     assert [p.name for p in actor.phases] == ["rollout", "update", "weight_send"]
     assert not any(t.startswith("engine") for p in actor.phases for t in p.terms)
     send = actor.phase("weight_send").terms
@@ -236,13 +252,13 @@ def test_async_mode_plans_the_rollout_workers_engine_and_the_actors_weight_send(
 
 
 def test_the_start_up_check_refuses_a_rollout_worker_whose_engine_cannot_start():
-    from reasonrl.trainer.run_plan import check_memory_plan
+    from reasonrl.trainer.model_checks import check_memory_plan
 
     cfg = config("model.dtype=bfloat16", "trainer.mode=async", "rollout.gpu_memory_utilization=0.03")
     printed = []
     # 0.03 x 80 GiB = 2.4 GiB for vLLM; the 1.5B model's bf16 weights alone are 2.9 GiB (the actor's GPU fits).
     with pytest.raises(ConfigError, match=r"does not fit the device's 80.0 GiB: vLLM cannot start"):
-        check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)
+        check_memory_plan(cfg, gpu_plan(cfg), QWEN_1P5B, 80 * GIB, echo=printed.append)
     assert printed[1].startswith("rollout worker GPU (trainer.mode=async): memory plan per GPU")
 
 

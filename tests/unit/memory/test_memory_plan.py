@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import gpu_plan
 from memory_runs import QWEN_1P5B, QWEN_7B, RESULTS, config, step_config
 
-from reasonrl.memory import (GIB, ModelShape, Placement, fit_suggestions, largest_fitting_token_budget,
+from reasonrl.memory import (GIB, ModelShape, fit_suggestions, largest_fitting_token_budget,
                                   plan_memory, render_plan)
 
 # A tiny Llama: h=8, i=16, L=2, 2 heads of 4, 1 KV head (kv width 4), V=32, tied embeddings.
@@ -120,13 +121,13 @@ def test_resident_and_update_terms_by_hand():
                  "rollout.max_new_tokens=8", "eval.max_new_tokens=8", "data.train_batch_size=4", "rollout.n=2",
                  "actor.micro_batch_size_per_worker=2")
     device = 1 << 20
-    plan = plan_memory(cfg, TINY, device, Placement(world_size=2))
+    plan = plan_memory(cfg, TINY, device, gpu_plan(cfg, 2))
     assert [p.name for p in plan.phases] == ["rollout", "reference", "update", "weight_sync"]
     rollout = plan.phase("rollout").terms
     assert rollout["actor weights (fp32 shards)"] == 4 * TINY_PARAMS / 2  # 2896 bytes
     assert rollout["actor AdamW moments (2 x fp32)"] == 2 * 4 * TINY_PARAMS / 2  # 5792
     assert rollout["reference weights (dt shards)"] == 2 * TINY_PARAMS / 2  # 1448: bf16, like the compute
-    fp32_ref = plan_memory(replace_ref_dtype(cfg, "float32"), TINY, device, Placement(world_size=2))
+    fp32_ref = plan_memory(replace_ref_dtype(cfg, "float32"), TINY, device, gpu_plan(cfg, 2))
     assert fp32_ref.phase("rollout").terms["reference weights (fp32 shards)"] == 2896
     assert rollout["reference root (unsharded, dt)"] == 264 * 2
     assert rollout["engine weights"] == TINY_PARAMS * 2  # bf16, T = 1
@@ -180,7 +181,7 @@ def test_lora_terms_by_hand():
     base = ("model.dtype=bfloat16", "rollout.gpu_memory_utilization=0.5", "data.max_prompt_length=8",
             "rollout.max_new_tokens=8", "eval.max_new_tokens=8", "data.train_batch_size=4", "rollout.n=2",
             "actor.micro_batch_size_per_worker=2", "actor.lora.rank=2")
-    plan = plan_memory(config(*base), TINY, 1 << 20, Placement(world_size=2))
+    plan = plan_memory(config(*base), TINY, 1 << 20, gpu_plan(config(*base), 2))
     assert [p.name for p in plan.phases] == ["rollout", "reference", "update", "weight_sync"]
     # rank 2 on every projection: r (in + out) = q 2x16, k 2x12, v 2x12, o 2x16, gate 2x24, up 2x24, down 2x24
     # = 256 per layer, Pa = 512 over 2 layers.
@@ -198,7 +199,8 @@ def test_lora_terms_by_hand():
     # the head is frozen: its backward is 1.5 chunks (3072), below the forward with entropy (3 x 2048)
     assert update["log-prob head (chunk of logits)"] == 6144
     assert plan.phase("weight_sync").terms["LoRA adapter (gathered, fp32)"] == 4 * 512
-    merged = plan_memory(config(*base, "actor.lora.merge_for_rollout=true"), TINY, 1 << 20, Placement(world_size=2))
+    merged_cfg = config(*base, "actor.lora.merge_for_rollout=true")
+    merged = plan_memory(merged_cfg, TINY, 1 << 20, gpu_plan(merged_cfg, 2))
     # bucket + max(embedding fp32 + bf16 copy 32 x 8 x 6 = 1536, gate: W, B A, sum in fp32 + bf16 8 x 16 x 14 = 1792)
     assert merged.phase("weight_sync").terms["weight sync bucket + largest parameter merged (fp32)"] == \
         256 * 2**20 + 1792
@@ -213,14 +215,13 @@ def test_lora_terms_by_hand():
 def test_critic_phases_and_tensor_parallel_engine():
     cfg = config("model.dtype=bfloat16", "algorithm.adv_estimator=gae", "rollout.tensor_parallel_size=2")
     two_kv_heads = {**TINY, "num_key_value_heads": 2}  # k and v 8 x 8 each: P = 1448 + 2 x 2 x 32 = 1576
-    plan = plan_memory(cfg, two_kv_heads, 1 << 40, Placement(world_size=2, tensor_parallel_size=2, critic=True))
+    plan = plan_memory(cfg, two_kv_heads, 1 << 40, gpu_plan(cfg, 2, 2))
     assert [p.name for p in plan.phases] == ["rollout", "reference", "values", "critic_update", "update",
                                              "weight_sync"]
     assert plan.phase("rollout").terms["critic weights (fp32 shards)"] == 4 * (1576 + 9) / 2
     assert plan.phase("rollout").terms["engine weights"] == 1576 * 2 / 2  # bf16, sharded 2 ways
     assert "critic gradients (fp32 shards)" in plan.phase("critic_update").terms
-    # Placement.critic None (the default): the config decides (gae has a critic, grpo none).
-    assert "values" in [p.name for p in plan_memory(cfg, two_kv_heads, 1 << 40, Placement(2, 2)).phases]
+    # the plan decides (gae has a critic, grpo none).
     assert "values" not in [p.name for p in plan_memory(config(), two_kv_heads, 1 << 40).phases]
     assert plan.phase("rollout").overhead == 2 * GIB  # two processes on the GPU
 
@@ -267,9 +268,8 @@ def test_plan_within_15_percent_of_the_recorded_step(name):
     recorded = run["mean"]["peak_allocated_gib"]
     old_pass = "old_log_probs" in recorded  # gpu_grpo_step.json predates reasonrl.config.passes: it always ran
     shape = QWEN_7B if args.get("shape") == "qwen2.5-7b" else QWEN_1P5B
-    plan = plan_memory(step_config(args, run.get("ref_param_dtype", "float32"), run.get("adamw_impl", "foreach")),
-                       shape, H200_BYTES,
-                       Placement(world_size=int(args.get("workers", 1)), tensor_parallel_size=int(args.get("tp", 1))),
+    cfg = step_config(args, run.get("ref_param_dtype", "float32"), run.get("adamw_impl", "foreach"))
+    plan = plan_memory(cfg, shape, H200_BYTES, gpu_plan(cfg, int(args.get("workers", 1)), int(args.get("tp", 1))),
                        old_log_prob_pass=old_pass)
     # The allocator's peak counts vLLM's sleep-mode pool while it is unmapped (the JSON's note): in the update the
     # physical peak is the recorded one less what sleeping freed (checks.memory.freed_by_sleep_gib, measured).
@@ -367,10 +367,10 @@ def test_model_config_without_the_needed_fields_names_them():
 
 
 def test_placement_that_cannot_run_is_refused():
-    with pytest.raises(ValueError, match="must divide world_size"):
-        plan_memory(config(), TINY, 80 * GIB, Placement(world_size=3, tensor_parallel_size=2))
+    with pytest.raises(ValueError, match="tensor_parallel_size': 2 must divide the 3 actor workers"):
+        plan_memory(config(), TINY, 80 * GIB, gpu_plan(config("data.train_batch_size=48"), 3, 2))
     with pytest.raises(ValueError, match="KV heads"):
-        plan_memory(config(), TINY, 80 * GIB, Placement(world_size=2, tensor_parallel_size=2))  # 1 KV head
+        plan_memory(config(), TINY, 80 * GIB, gpu_plan(config(), 2, 2))  # 1 KV head
 
 
 def test_the_plan_imports_no_torch():
@@ -468,7 +468,7 @@ def test_doctor_plan_prints_the_plan_and_what_would_make_it_fit(tmp_path):
 
 def test_trainer_check_stops_a_layout_that_does_not_fit_before_loading():
     from reasonrl.config import ConfigError, load_config
-    from reasonrl.trainer.run_plan import check_memory_plan
+    from reasonrl.trainer.model_checks import check_memory_plan
 
     args = ["data.train_batch_size=64", "rollout.n=8", "rollout.max_new_tokens=1024",
             "actor.micro_batch_size_per_worker=64"]
@@ -477,10 +477,10 @@ def test_trainer_check_stops_a_layout_that_does_not_fit_before_loading():
     with pytest.raises(ConfigError, match=r"does not fit the device's 80.0 GiB: update \d+.\d GiB; each of these "
                                           r"would make it fit: actor.max_tokens_per_micro_batch=\d+, "
                                           r"model.gradient_checkpointing=true; trainer.ignore_memory_plan=true"):
-        check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)
+        check_memory_plan(cfg, gpu_plan(cfg), QWEN_1P5B, 80 * GIB, echo=printed.append)
     assert "memory plan per GPU" in printed[0]
     cfg, _ = load_config(args + ["trainer.ignore_memory_plan=true"], cuda_available=True)
-    check_memory_plan(cfg, QWEN_1P5B, 80 * GIB, 1, echo=printed.append)  # printed, not refused
+    check_memory_plan(cfg, gpu_plan(cfg), QWEN_1P5B, 80 * GIB, echo=printed.append)  # printed, not refused
     assert len(printed) == 2
 
 
@@ -491,7 +491,7 @@ def test_the_plan_refuses_the_7b_update_that_ran_out_of_device_memory_in_the_ada
     + 1 GiB of CUDA context, over the 139.8 GiB device."""
     run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
     assert "_foreach_sqrt" in run["error"] and "CUDA out of memory" in run["error"]
-    plan = plan_memory(step_config(run["args"], run["ref_param_dtype"]), QWEN_7B, H200_BYTES, Placement())
+    plan = plan_memory(step_config(run["args"], run["ref_param_dtype"]), QWEN_7B, H200_BYTES)
     update = plan.phase("update")
     assert update.terms["AdamW step temporaries (foreach: every sqrt(v) at once, fp32)"] == 4 * 7615616512
     assert not any(k.startswith("activations") for k in update.terms)
@@ -505,8 +505,8 @@ def test_the_same_7b_update_fits_with_the_fused_or_for_loop_adamw_step():
     which fits the 139.8 GiB device."""
     run = json.loads((RESULTS / "s10_7b_full_params_on_gpu.json").read_text())
     for impl in ("fused", "for_loop"):
-        update = plan_memory(step_config(run["args"], run["ref_param_dtype"], impl), QWEN_7B, H200_BYTES,
-                             Placement()).phase("update")
+        update = plan_memory(step_config(run["args"], run["ref_param_dtype"], impl), QWEN_7B,
+                             H200_BYTES).phase("update")
         assert not any(k.startswith("AdamW step") for k in update.terms), impl
         assert update.allocated / GIB == pytest.approx(127.9, abs=0.1) and update.fits, impl
     from reasonrl.memory.terms import adamw_step_bytes

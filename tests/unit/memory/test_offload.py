@@ -15,7 +15,7 @@ from reasonrl.workers.distributed import init_distributed
 from reasonrl.workers.fsdp import (Offloader, iter_full_params, move_fsdp_model, move_optimizer, offload_fsdp_model,
                                    offload_optimizer, onload_fsdp_model, onload_optimizer, shard_model)
 
-from helpers import critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
+from helpers import cpu_worker_plan, critic_batch, free_port, make_critic_worker, make_tiny_causal_lm, make_tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +221,8 @@ def test_actor_worker_with_offload_trains_syncs_and_checkpoints_identically(tmp_
         cfg, _ = load_config(["rollout.engine=hf", "trainer.device=cpu", "actor.lr=1e-2", "data.train_batch_size=2",
                               "rollout.n=2", "actor.micro_batch_size_per_worker=2", *extra], cuda_available=False)
         worker = ActorRolloutRefWorker(to_dict(cfg), policy, rank=0, world_size=1, master_addr="127.0.0.1",
-                                       master_port=free_port(), num_threads=1)
+                                       master_port=free_port(), num_threads=1,
+        plan=cpu_worker_plan(cfg))
         b = batch.union(worker.compute_log_probs(batch)).union(worker.compute_ref_log_probs(batch))
         metrics = worker.update_actor(b)
         assert worker.sync_weights()["bytes"] > 0
@@ -243,7 +244,8 @@ def test_actor_worker_with_offload_trains_syncs_and_checkpoints_identically(tmp_
 
 def test_trainer_logs_the_slowest_rank_and_only_with_offload_on():
     from reasonrl.config import load_config
-    from reasonrl.trainer.run_plan import offload_enabled, slowest_rank
+    from reasonrl.config.plan import offload_enabled
+    from reasonrl.trainer.metrics import slowest_rank
 
     assert slowest_rank([{"timing_s/onload_actor": 0.5, "timing_s/offload_actor": 0.1},
                          {"timing_s/onload_actor": 0.2, "timing_s/offload_actor": 0.3}, {}]) == \

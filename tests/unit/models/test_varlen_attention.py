@@ -12,8 +12,9 @@ import torch
 from helpers import padded_rollout_batch, tiny_sharp_lm
 
 from reasonrl.config import load_config
-from reasonrl.config.device_defaults import (VARLEN_ATTENTION, apply_device_defaults, attn_implementation_for,
+from reasonrl.config.device_defaults import (VARLEN_ATTENTION, attn_implementation_for, device_settings,
                                              use_packing_for)
+from reasonrl.config.plan import RunPlan
 from reasonrl.data.packing import pack_rows
 from reasonrl.models import varlen_attention
 from reasonrl.models.forward import micro_batch_log_probs, response_log_probs
@@ -206,11 +207,13 @@ def test_auto_resolves_to_varlen_only_on_a_gpu_whose_torch_has_the_kernel():
 def test_the_defaults_are_auto_and_resolve_on_the_cpu():
     cfg, _ = load_config(["task=arith"], cuda_available=False)
     assert cfg.model.attn_implementation == "auto" and cfg.actor.use_packing is None
-    rows = {s.key: s.value for s in apply_device_defaults(cfg, "cpu")}
-    assert rows["model.attn_implementation"] == "sdpa" == cfg.model.attn_implementation
-    assert rows["actor.use_packing"] is False is cfg.actor.use_packing
+    rows = {s.key: s.value for s in device_settings(cfg, "cpu")}
+    run = RunPlan.build(cfg).run_config(cfg)  # what the workers are handed; the loaded config keeps auto
+    assert rows["model.attn_implementation"] == "sdpa" == run.model.attn_implementation
+    assert rows["actor.use_packing"] is False is run.actor.use_packing
+    assert cfg.model.attn_implementation == "auto" and cfg.actor.use_packing is None
     assert prepared_attention("auto", "cpu") == "sdpa"
     set_by_you, _ = load_config(["task=arith", "model.attn_implementation=varlen", "actor.use_packing=false"],
                                 cuda_available=False)
-    rows = {s.key: s.value for s in apply_device_defaults(set_by_you, "cpu")}
+    rows = {s.key: s.value for s in device_settings(set_by_you, "cpu")}
     assert rows["model.attn_implementation"] == VARLEN_ATTENTION and rows["actor.use_packing"] is False

@@ -7,7 +7,7 @@ import torch
 
 from reasonrl.config import ConfigError, load_config
 from reasonrl.rollout import SamplingParams
-from reasonrl.trainer.run_plan import rollout_logprobs_wanted
+from reasonrl.config.plan import rollout_logprobs_wanted
 
 
 def cfg(*args):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from components import VLLM, require, vllm_ready
-from helpers import free_port, tiny_sharp_lm
+from helpers import cpu_worker_plan, free_port, tiny_sharp_lm
 
 from reasonrl.config import ConfigError, load_config
 from reasonrl.models import lora as lora_lib
@@ -144,7 +144,8 @@ def make_worker(model_path: str, *extra: str):
 
     cfg, _ = load_config([*ARGS, *extra], cuda_available=False)
     return ActorRolloutRefWorker(to_dict(cfg), model_path, rank=0, world_size=1, master_addr="127.0.0.1",
-                                 master_port=free_port(), num_threads=1)
+                                 master_port=free_port(), num_threads=1,
+        plan=cpu_worker_plan(cfg))
 
 
 def rollout_batch():

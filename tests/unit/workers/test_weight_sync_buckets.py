@@ -61,12 +61,14 @@ def test_buckets_edge_cases():
     assert list(iter_buckets([], 100)) == []
     with pytest.raises(ValueError):
         list(iter_buckets(_named([1]), 0))
-    from types import SimpleNamespace
+    from reasonrl.config import load_config
+    from reasonrl.config.plan import RunPlan
 
-    from reasonrl.config.worker_plan import weight_sync_bucket_bytes
+    def bucket(mb: str) -> int:
+        return RunPlan.build(load_config([f"rollout.weight_sync_bucket_mb={mb}"], cuda_available=False)[0]).bucket_bytes
 
-    assert weight_sync_bucket_bytes(SimpleNamespace(rollout=SimpleNamespace(weight_sync_bucket_mb=2))) == 2 * 1024 * 1024
-    assert weight_sync_bucket_bytes(SimpleNamespace(rollout=SimpleNamespace(weight_sync_bucket_mb=0.5))) == 524288
+    assert bucket("2") == 2 * 1024 * 1024
+    assert bucket("3") == 3 * 1024 * 1024
 
 
 @pytest.mark.parametrize("raw, plain", [
