@@ -103,7 +103,7 @@ class RewardRouter:
         for source, indices in wanted.items():
             picked = [items[i] for i in indices]
             if source == "rule":  # the verifier pool takes plain 4-tuples
-                picked = [tuple(item) for item in picked]
+                picked = [item.pool_item() for item in picked]
             parts[source] = (indices, self.sources[source].submit(picked))
         return RouterSubmission(self, items, parts)
 

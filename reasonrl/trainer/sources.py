@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from reasonrl.controller.worker_group import GenerationError, RolloutWorkerError, wait_watched
-from reasonrl.data.sample import Round, Sample, attach_results, samples_from_generation
+from reasonrl.data.sample import Round, Sample, attach_results, bind_prompts
 from reasonrl.fault_points import arrive, run_in_actor
 
 from .metrics import PhaseTimer
@@ -65,7 +65,7 @@ class ColocatedSource:
         """One response per prompt (padded so every engine gets the same count), verified; the padding is dropped."""
         real = list(prompts)
         padded = real + [real[-1]] * ((-len(real)) % self.engines.engines)
-        samples = [s for s in samples_from_generation(padded, self.engines.generate(prompt_batch(padded), sampling))
+        samples = [s for s in bind_prompts(self.engines.generate(prompt_batch(padded), sampling), padded)
                    if s.group < len(real)]
         items = reward_items(samples, self.reward_cfg)
         attach_results(samples, items, self.pool.verify_batch(items))
