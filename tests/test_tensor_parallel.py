@@ -197,9 +197,9 @@ def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
     the engine together), and only each engine's first rank's rows are verified, each prompt once."""
     from reasonrl.config.schema import RewardConfig
     from reasonrl.data.prompts import Prompt
+    from reasonrl.rewards import make_pool
     from reasonrl.trainer.metrics import PhaseTimer
     from reasonrl.trainer.streaming import collect_stream
-    from reasonrl.verifiers import VerifierPool
 
     prompts = [Prompt([i], {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": str(i)}})
                for i in range(4)]
@@ -207,8 +207,9 @@ def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
     try:
         streams = group.stream("generate_stream", Batch(meta={"prompt": [str(i) for i in range(4)],
                                                               "groups": list(range(4))}), 1)
-        with VerifierPool(workers=1, timeout_s=30) as pool:
-            samples = collect_stream(group, streams, prompts, pool, RewardConfig(), PhaseTimer())
+        reward = RewardConfig(workers=1, timeout_s=30)
+        with make_pool(reward) as pool:  # the reward router, as a run's (it takes the RewardItems)
+            samples = collect_stream(group, streams, prompts, pool, reward, PhaseTimer())
         assert group.streamed_part() == [["0", "1"], ["0", "1"], ["2", "3"], ["2", "3"]]
     finally:
         group.shutdown()
