@@ -228,9 +228,9 @@ class MemoryProbedGroup:
             out = target(*args, **kwargs)
             if self._enabled:
                 self.memory[PHASE_OF_CALL[name]] = self._group.bench_memory()
-            if name == "generate" and len(out):
-                self.response_lengths += [len(r) for r in out["response_ids"]]
-                self.last_sample = (list(out["prompt_ids"][0]), list(out["response_ids"][0]))
+            if name == "generate" and len(out):  # the engines' Samples; the first's prompt from the prompt batch
+                self.response_lengths += [len(s.response_ids) for s in out]
+                self.last_sample = (list(args[0]["prompt_ids"][out[0].group]), list(out[0].response_ids))
             return out
 
         return probed

@@ -105,13 +105,13 @@ class WorkerGroup:
             refs = [getattr(w, name).remote(parts[r // self.engine_ranks], *rest, **kwargs)
                     for r, w in enumerate(self.workers)]
             results = self._wait(name, refs)  # fault points and the watchdog, as for every call
-            return concat_engine_rows(results[::self.engine_ranks], len(parts[0]))
+            return concat_parts(results[::self.engine_ranks])
         if mode in (SPLIT_BATCH, SPLIT_METRICS):
             batch, rest = args[0], args[1:]
             parts = batch.chunk(self.world_size)
             refs = [getattr(w, name).remote(p, *rest, **kwargs) for w, p in zip(self.workers, parts)]
             results = self._wait(name, refs)
-            return Batch.concat(results) if mode == SPLIT_BATCH else mean_metrics(results)
+            return concat_parts(results) if mode == SPLIT_BATCH else mean_metrics(results)
         refs = [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
         results = self._wait(name, refs)
         if mode == RANK_ZERO:
@@ -191,13 +191,12 @@ class GenerationError(RuntimeError):
     """A worker of the generating group failed (raised, or its process died) while generating."""
 
 
-def concat_engine_rows(parts: List[Batch], prompts_per_engine: int) -> Batch:
-    """The engines' outputs one after another, each row's ``prompt_row`` (its prompt's position in the engine's
-    share) turned into the position in the whole call."""
-    for e, part in enumerate(parts):
-        if "prompt_row" in part and e:
-            part.meta["prompt_row"] = [e * prompts_per_engine + r for r in part["prompt_row"]]
-    return Batch.concat(parts)
+def concat_parts(parts: List[Any]) -> Any:
+    """The ranks' (or engines') results one after another: Batches concatenated, lists of records (the engines'
+    Samples, which carry their own group ids) joined."""
+    if parts and isinstance(parts[0], Batch):
+        return Batch.concat(parts)
+    return [record for part in parts for record in part]
 
 
 PEER_GONE = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer")

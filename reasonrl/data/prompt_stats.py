@@ -27,13 +27,11 @@ SEEDED = 0
 """``last_step`` of a prompt whose statistics came from an evaluation (training steps count from 1)."""
 
 
-def group_verdicts(results: Sequence[Any], n: int) -> List[List[Optional[bool]]]:
-    """Verifier results in response order (``n`` per prompt, grouped) -> per prompt, one entry per response: its
-    ``correct`` flag, or None when it got no verdict (``VerifyResult.failed``)."""
-    if n < 1 or len(results) % n:
-        raise ValueError(f"{len(results)} verifier results do not split into groups of rollout.n={n}")
-    flags = [None if getattr(r, "failed", False) else bool(r.correct) for r in results]
-    return [flags[i:i + n] for i in range(0, len(flags), n)]
+def group_verdicts(rnd: Any) -> List[List[Optional[bool]]]:
+    """A round's verifier results by group (``Round.groups``: one per prompt) -> per prompt, one entry per response:
+    its ``correct`` flag, or None when it got no verdict (``VerifyResult.failed``)."""
+    return [[None if getattr(s.result, "failed", False) else bool(s.result.correct) for s in group]
+            for group in rnd.groups()]
 
 
 class PromptStats:

@@ -1,36 +1,79 @@
-"""The Sample record: one response, from the engine to collation, with everything the step needs about it.
+"""The Sample record: one response, born in the engine host, with everything the step needs about it.
 
-A round of ``P`` prompts with ``n`` responses each is a ``Round``: the prompts, their dataset positions and
-``P * n`` Samples, grouped by prompt (``Sample.group`` is the prompt's position in the round). The engines' output
-(a Batch whose meta has one entry per response: ``prompt_row``, ``response_ids``, ...) becomes Samples once, in
-``samples_from_generation``; the verifier is chosen once per sample (``reasonrl.rewards.verify_item``) and its result
-stored on it; collation, metrics, the sample log, dynamic sampling and checkpoints read Samples.
+The engine host (``reasonrl.workers.engine_host``) turns each of the engine's (or the tool loop's) completions into a
+``Sample``: the token ids, the engine's log-probs, the group (the prompt's position in the round, handed to the
+engines with the prompts), the finish reason and, from the tool loop, the tools' and the environment's outcomes
+(``ToolOutcome``, ``EnvOutcome``). Samples cross Ray as plain dataclasses of lists and numbers. On the driver each is
+bound to its prompt (``bind_prompts``), gets its verifier and result (``attach_results``), and a ``Round`` holds the
+prompts, their dataset positions and the Samples, grouped by ``Sample.group`` (``Round.groups``); collation, metrics,
+the sample log, dynamic sampling and checkpoints read Samples.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .batch import Batch
 from .collate import collate_rollout
 
-TOOL_STATS = ("turns", "tool_calls", "tool_errors", "tool_timeouts", "tool_seconds")
-"""The tool loop's per-response counters (``rollout.multiturn.tool_meta``)."""
 
-ROW_KEYS = ("prompt_row", "prompt_ids", "response_ids", "response_text", "rollout_log_probs", "finish_reason",
-            "tool_mask", "weights_version")
-"""The engines' per-response meta that becomes a Sample's own fields; any other column (the tool loop's counters,
-an environment's name, reward, drift and conversation) goes to ``Sample.extra``."""
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What the tool loop counted in one trajectory (``reasonrl.rollout.multiturn.ToolCompletion``)."""
+
+    turns: int = 0
+    """Model turns (generate calls)."""
+    tool_calls: int = 0
+    """Tool calls that ran."""
+    tool_errors: int = 0
+    """Calls that failed (an error observation)."""
+    tool_timeouts: int = 0
+    """Calls stopped at their time limit (also counted in ``tool_errors``)."""
+    tool_seconds: float = 0.0
+    """Wall-clock seconds of the trajectory's environment steps, summed."""
+    malformed_calls: int = 0
+    """Calls that could not be parsed or were over a limit."""
+    calls_per_tool: Dict[str, int] = field(default_factory=dict)
+    """Calls that ran, by tool name."""
+
+    @classmethod
+    def of(cls, c: Any) -> "ToolOutcome":
+        return cls(c.turns, c.tool_calls, c.tool_errors, c.tool_timeouts, c.tool_seconds, c.malformed_calls,
+                   dict(c.calls_per_tool))
+
+
+@dataclass(frozen=True)
+class EnvOutcome:
+    """What the environment of one trajectory gave (``reasonrl.rollout.multiturn.ToolCompletion``)."""
+
+    name: str = ""
+    """The environment it ran in ("": a plain prompt in the tool loop)."""
+    failed: str = ""
+    """Why the environment failed ("": it did not); the sample then has no verdict."""
+    reward: float = math.nan
+    """The last reward the environment gave (NaN: none)."""
+    step_rewards: Tuple[float, ...] = ()
+    """Each step's reward, in order (NaN for a step that gave none)."""
+    drift: int = -1
+    """1: boundary drift between the trained tokens and the template's rendering; 0: none; -1: unchecked."""
+    noncanonical: int = -1
+    """1: only the model's own token split differs from the rendering; 0: not so; -1: unchecked."""
+    conversation: Tuple[Dict[str, str], ...] = ()
+    """The messages after the prompt (assistant and tool turns), for the sample log."""
+
+    @classmethod
+    def of(cls, c: Any) -> "EnvOutcome":
+        return cls(c.env, c.env_failed, c.env_reward, tuple(c.step_rewards), c.env_drift, c.env_noncanonical,
+                   tuple(c.conversation))
 
 
 @dataclass
 class Sample:
     """One sampled response and what is known about it."""
 
-    prompt: Any
-    """The dataset prompt (``reasonrl.data.prompts.Prompt``: its row and token ids)."""
     group: int
     """The prompt's position in its round: the responses of one prompt share it (their group)."""
     response_ids: List[int]
@@ -43,12 +86,15 @@ class Sample:
     """``stop`` or ``length`` (the engine's)."""
     tool_mask: Optional[List[int]] = None
     """1 for tokens a tool wrote (left out of the loss); None for a plain rollout."""
-    extra: Dict[str, Any] = field(default_factory=dict)
-    """The engines' other per-response fields: the tool loop's counters (``TOOL_STATS``) and, with environments,
-    ``env``, ``env_reward``, ``env_failed``, ``env_drift``, ``calls_per_tool``, ``malformed_calls``,
-    ``conversation`` (``reasonrl.envs.metrics``)."""
+    tools: Optional[ToolOutcome] = None
+    """The tool loop's counts (None: a plain rollout)."""
+    env: Optional[EnvOutcome] = None
+    """The environment's outcome (None: a plain rollout)."""
     weights_version: Optional[int] = None
     """The step whose weights generated it (async rollout workers stamp it; None when colocated)."""
+    prompt: Any = None
+    """The dataset prompt (``reasonrl.data.prompts.Prompt``: its row and token ids), bound on the driver
+    (``bind_prompts``); None as the engine host returns it."""
     verifier: str = ""
     """The verifier that scores it (chosen once, from the row or ``reward.verifier``)."""
     result: Any = None
@@ -59,9 +105,13 @@ class Sample:
         return self.prompt.token_ids
 
 
-def columns(samples: Sequence[Sample], keys: Sequence[str]) -> Dict[str, List[Any]]:
-    """The ``extra`` fields ``keys`` of ``samples`` as per-response columns (the keys every sample has)."""
-    return {k: [s.extra[k] for s in samples] for k in keys if samples and all(k in s.extra for s in samples)}
+def bind_prompts(samples: Sequence[Sample], prompts: Sequence[Any]) -> List[Sample]:
+    """Each sample bound to its prompt, ``prompts[sample.group]`` (the prompts of the round, in group order)."""
+    for s in samples:
+        if not 0 <= s.group < len(prompts):
+            raise RuntimeError(f"a sample of group {s.group} in a round of {len(prompts)} prompts")
+        s.prompt = prompts[s.group]
+    return list(samples)
 
 
 @dataclass
@@ -78,18 +128,25 @@ class Round:
     def results(self) -> List[Any]:
         return [s.result for s in self.samples]
 
+    def groups(self) -> List[List[Sample]]:
+        """The Samples of each prompt, by ``Sample.group``: entry ``g`` holds group ``g``'s samples in round order
+        (one entry per prompt; a group whose samples were all dropped is empty)."""
+        out: List[List[Sample]] = [[] for _ in self.prompts]
+        for s in self.samples:
+            if not 0 <= s.group < len(out):
+                raise ValueError(f"a sample of group {s.group} in a round of {len(out)} prompts")
+            out[s.group].append(s)
+        return out
+
     def group_index(self) -> torch.Tensor:
         """[R] the group of each sample (the advantage estimators' grouping)."""
         return torch.tensor([s.group for s in self.samples], dtype=torch.long)
 
     def select_groups(self, groups: Sequence[int]) -> "Round":
         """The sub-round of ``groups`` in the given order, renumbered 0.. (prompts, their samples, no indices)."""
-        where = {g: i for i, g in enumerate(groups)}
-        by_group: Dict[int, List[Sample]] = {}
-        for s in self.samples:
-            if s.group in where:
-                by_group.setdefault(s.group, []).append(replace(s, group=where[s.group]))
-        return Round([self.prompts[g] for g in groups], [s for g in groups for s in by_group.get(g, [])])
+        by_group = self.groups()
+        return Round([self.prompts[g] for g in groups],
+                     [replace(s, group=i) for i, g in enumerate(groups) for s in by_group[g]])
 
     @staticmethod
     def concat(rounds: Sequence["Round"]) -> "Round":
@@ -103,30 +160,13 @@ class Round:
         return Round(prompts, samples)
 
 
-def samples_from_generation(prompts: Sequence[Any], gen: Batch) -> List[Sample]:
-    """The engines' rows as Samples: meta ``prompt_row`` (the prompt's position in ``prompts``), ``response_ids``,
-    ``response_text``, ``rollout_log_probs``, ``finish_reason``; optional ``tool_mask`` and ``weights_version``; the
-    other columns (``ROW_KEYS`` aside) go to ``Sample.extra``. No verifier yet (``attach_results``)."""
-    has_tools = "tool_mask" in gen
-    versions = gen["weights_version"] if "weights_version" in gen else None
-    others = [k for k in gen.meta if k not in ROW_KEYS]
-    out = []
-    for j, row in enumerate(gen["prompt_row"]):
-        out.append(Sample(
-            prompt=prompts[row], group=row, response_ids=gen["response_ids"][j], response_text=gen["response_text"][j],
-            rollout_log_probs=gen["rollout_log_probs"][j], finish_reason=gen["finish_reason"][j],
-            tool_mask=gen["tool_mask"][j] if has_tools else None, extra={k: gen[k][j] for k in others},
-            weights_version=None if versions is None else versions[j]))
-    return out
-
-
 def attach_results(samples: Sequence[Sample], items: Sequence[Any], results: Sequence[Any]) -> None:
-    """Store each sample's result (and, when no label was set, its verifier: the first field of its pool item)."""
+    """Store each sample's result (and, when no label was set, its verifier: its reward item's rule verifier)."""
     if len(results) != len(samples):
         raise RuntimeError(f"the verifiers returned {len(results)} results for {len(samples)} responses")
     for s, item, r in zip(samples, items, results):
         s.result = r
-        s.verifier = s.verifier or item[0]
+        s.verifier = s.verifier or item.verifier
 
 
 def collate_samples(samples: Sequence[Sample], pad_id: int) -> Batch:

@@ -1,6 +1,6 @@
-"""What the trainer does with a multi-turn round's environment meta (the ``TOOL_META_KEYS`` columns of the workers'
-``generate`` batch, ``reasonrl.rollout.multiturn``): the step metrics (``env_metrics``), the failed samples
-(``with_env_failures``: an environment that crashed or hung gives no verdict) and the logged conversation
+"""What the trainer does with a multi-turn round's environment outcomes (per-response columns named as the
+``TOOL_META_KEYS`` of ``reasonrl.rollout.multiturn``): the step metrics (``env_metrics``), a failed sample's result
+(``env_failure``: an environment that crashed or hung gives no verdict) and the logged conversation
 (``conversation_text``). Plain functions over lists; no torch, no ray."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 ENV_COLUMNS = ("env", "turns", "calls_per_tool", "malformed_calls", "env_failed", "tool_seconds", "env_drift",
                "env_noncanonical", "env_reward", "step_rewards")
-"""The per-response columns ``env_metrics`` and ``with_env_failures`` read."""
+"""The per-response columns ``env_metrics`` reads."""
 
 
 def _column(gen: Any, key: str) -> Optional[List[Any]]:
@@ -103,16 +103,12 @@ def feedback_metrics(envs: Sequence[str], step_rewards: Optional[Sequence[Any]],
     return out
 
 
-def with_env_failures(gen: Any, results: Sequence[Any]) -> List[Any]:
-    """``results`` with the rows whose environment failed (meta ``env_failed``) replaced by
-    ``VerifyResult.failure`` naming the environment: no verdict, left out of the advantages and the loss."""
+def env_failure(env: str, why: str) -> Any:
+    """The result of a sample whose environment ``env`` failed (``why``: it raised or hung):
+    ``VerifyResult.failure`` naming the environment, no verdict, left out of the advantages and the loss."""
     from reasonrl.verifiers.base import VerifyResult
 
-    failed = _column(gen, "env_failed")
-    if failed is None:
-        return list(results)
-    return [VerifyResult.failure(f"environment failed: {why}"[:300], environment=env) if why else r
-            for r, why, env in zip(results, failed, _column(gen, "env") or [""] * len(failed))]
+    return VerifyResult.failure(f"environment failed: {why}"[:300], environment=env)
 
 
 def conversation_text(conversation: Sequence[Dict[str, str]]) -> str:

@@ -3,12 +3,13 @@ verifier, the ground truth and the extras (shared by training and evaluation).
 
 Which sources score a row (``sources_for``): ``reward.sources`` when the user sets it (forces them for every row),
 else the row's ``reward_model.sources`` (``{source: weight}``), else its ``reward_model.style`` (``rule``, ``model``,
-``judge``, ``remote`` or a plugin's source, registry.py: that source alone), else ``rule``. A ``RewardItem`` is the
-VerifierPool's 4-tuple ``(verifier, response, ground_truth, extra)`` that also carries the row and the source weights,
-so the pool and the router take the same items.
+``judge``, ``remote`` or a plugin's source, registry.py: that source alone), else ``rule``. A ``RewardItem`` (frozen)
+is what the router takes: the VerifierPool's ``(verifier, response, ground_truth, extra)`` (``pool_item``) with the
+row and the source weights.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from reasonrl.config.schema import RewardConfig
@@ -17,30 +18,27 @@ from reasonrl.config.tasks import verifier_for_data_source
 from .registry import DEFAULT_SOURCE, REWARD_SOURCES, check_source_weights, ordered_sources, read_sources
 
 
-class RewardItem(tuple):
-    """``(verifier, response, ground_truth, extra)`` plus ``row`` (the dataset row: prompt messages, data_source,
-    ...) and ``sources`` (``{source: weight}``). ``verifier`` is None when the row has no rule source."""
+@dataclass(frozen=True)
+class RewardItem:
+    """One response to score, as the reward router takes it: the rule ``verifier`` (None when the row has no rule
+    source), the ``response``, the ``ground_truth``, the verifier's ``extra`` keywords, the dataset ``row`` (prompt
+    messages, data_source, ...) and its ``sources`` (``{source: weight}``)."""
 
-    row: Dict[str, Any]
-    sources: Dict[str, float]
+    verifier: Optional[str]
+    response: str
+    ground_truth: Any
+    extra: Dict[str, Any] = field(default_factory=dict)
+    row: Dict[str, Any] = field(default_factory=dict)
+    sources: Dict[str, float] = field(default_factory=lambda: {DEFAULT_SOURCE: 1.0})
 
-    def __new__(cls, verifier: Optional[str], response: str, ground_truth: Any, extra: Dict[str, Any],
-                row: Optional[Dict[str, Any]] = None, sources: Optional[Dict[str, float]] = None) -> "RewardItem":
-        item = super().__new__(cls, (verifier, response, ground_truth, extra))
-        item.row = dict(row or {})
-        item.sources = dict(sources or {DEFAULT_SOURCE: 1.0})
-        return item
+    def __post_init__(self) -> None:  # own copies: the dataset's row is never shared with a source
+        object.__setattr__(self, "extra", dict(self.extra or {}))
+        object.__setattr__(self, "row", dict(self.row or {}))
+        object.__setattr__(self, "sources", dict(self.sources or {DEFAULT_SOURCE: 1.0}))
 
-    def __reduce__(self):
-        return (RewardItem, (*self, self.row, self.sources))
-
-    @property
-    def response(self) -> str:
-        return self[1]
-
-    @property
-    def ground_truth(self) -> Any:
-        return self[2]
+    def pool_item(self) -> Tuple[Optional[str], str, Any, Dict[str, Any]]:
+        """The VerifierPool's ``(verifier, response, ground_truth, extra)``."""
+        return (self.verifier, self.response, self.ground_truth, self.extra)
 
 
 def rule_verifier_for(row: Dict[str, Any], reward: RewardConfig) -> str:
@@ -115,8 +113,8 @@ def check_verifiers(rows: Sequence[Dict[str, Any]], reward: RewardConfig, what: 
 
 
 def verify_item(row: Dict[str, Any], response: str, reward: RewardConfig) -> RewardItem:
-    """The ``RewardItem`` of ``row`` and ``response``: a ``(verifier, response, ground_truth, extra)`` tuple for
-    ``VerifierPool.verify_batch`` that also carries the row and its sources for the reward router."""
+    """The ``RewardItem`` of ``row`` and ``response``: its rule verifier, ground truth and extras, the row and its
+    sources, for the reward router."""
     extra = {k: v for k, v in (row.get("extra_info") or {}).items() if v is not None}
     sources = sources_for(row, reward)
     verifier = rule_verifier_for(row, reward) if "rule" in sources else None

@@ -30,10 +30,10 @@ JUDGE_TEXT_CHARS = 500
 
 def judge_message(cfg: JudgeConfig, item: Any) -> str:
     """The template (``cfg.template``, else the parser's ``default_template``) filled for one item."""
-    row = getattr(item, "row", {}) or {}
-    ground_truth = item[2]
+    row = item.row
+    ground_truth = item.ground_truth
     template = cfg.template if cfg.template is not None else default_template(cfg.parser, cfg.scale, cfg.verdicts)
-    return template.format(prompt=prompt_text(row), response=item[1],
+    return template.format(prompt=prompt_text(row), response=item.response,
                            ground_truth="" if ground_truth is None else ground_truth)
 
 
@@ -85,9 +85,9 @@ class JudgeSource(RewardSource):
                 raise TypeError(f"the message's content is {type(content).__name__}, not text")
             text = self.client.redact(content)  # before anything quotes it (a key is never half shown)
             if self.cfg.parser == "scale":
-                score = parse_scale(text, *self.cfg.scale, quoted=item[1])
+                score = parse_scale(text, *self.cfg.scale, quoted=item.response)
             elif self.cfg.parser == "verdict":
-                score = parse_verdict(text, self.cfg.verdicts, quoted=item[1])
+                score = parse_verdict(text, self.cfg.verdicts, quoted=item.response)
             else:
                 score = parse_logprob(choice["logprobs"]["content"][0]["top_logprobs"], self.cfg.verdicts)
         except Unparsable as exc:

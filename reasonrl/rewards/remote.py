@@ -31,9 +31,9 @@ INFO_CHARS = 200
 
 def item_payload(item: Any) -> Dict[str, Any]:
     """One sample as the contract sends it."""
-    row = getattr(item, "row", {}) or {}
-    return {"prompt": prompt_messages(row), "response": item[1], "ground_truth": item[2],
-            "data_source": row.get("data_source"), "extra_info": dict(item[3] or {})}
+    row = item.row
+    return {"prompt": prompt_messages(row), "response": item.response, "ground_truth": item.ground_truth,
+            "data_source": row.get("data_source"), "extra_info": dict(item.extra)}
 
 
 def kept_info(info: Any, secrets: Sequence[str] = ()) -> Dict[str, Any]:

@@ -179,7 +179,7 @@ class RewardModelSource(RewardSource):
     def submit(self, items: Sequence[Any]) -> RayBatchHandle:
         parts = []
         for indices in batched(range(len(items)), int(self.cfg.batch_size)):
-            pairs = [(prompt_messages(getattr(items[i], "row", {}) or {}), items[i][1]) for i in indices]
+            pairs = [(prompt_messages(items[i].row), items[i].response) for i in indices]
             with self._lock:
                 actor = self._next % len(self.actors)
                 self._next += 1

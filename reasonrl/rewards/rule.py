@@ -38,7 +38,7 @@ class RuleSource(RewardSource):
                                 score_range=reward.score_range))
 
     def submit(self, items: List[Any]) -> Any:
-        return self.pool.submit([tuple(item) for item in items])
+        return self.pool.submit([item.pool_item() for item in items])  # the pool takes plain 4-tuples
 
     def pop_stats(self) -> Dict[str, float]:
         return self.pool.pop_stats()

@@ -1,6 +1,6 @@
 """DAPO dynamic sampling: keep only prompt groups whose rewards differ, and roll out more prompts to refill the batch.
 
-A group whose ``n`` responses all scored the same gives every response advantage 0 under group-relative
+A group whose responses all scored the same gives every response advantage 0 under group-relative
 estimators; training on it only adds noise (KL, entropy) and dilutes the token-mean. ``refill_informative_groups``
 keeps the informative groups of the first round, samples further rounds (at most ``max_rounds`` extra) until
 ``target_groups`` are kept, and trims the result so every data-parallel rank and every mini-batch gets equal work.
@@ -32,20 +32,20 @@ def usable_groups(kept: int, world_size: int, mini_batch_prompts: int) -> int:
     return cap - cap % world_size
 
 
-def informative_group_ids(results: List[Any], n: int) -> List[int]:
-    """Indices of the groups (consecutive runs of ``n`` responses) whose verdicts' scores are not all equal
-    (responses without a verdict, ``failed``, do not count: their score 0 is no outcome)."""
-    judged = [i for i, r in enumerate(results) if not getattr(r, "failed", False)]
+def informative_group_ids(rnd: Round) -> List[int]:
+    """The round's groups (``Sample.group``) whose verdicts' scores are not all equal, in group order (responses
+    without a verdict, ``failed``, do not count: their score 0 is no outcome)."""
+    judged = [s for s in rnd.samples if not getattr(s.result, "failed", False)]
     if not judged:
         return []
-    scores = torch.tensor([float(results[i].score) for i in judged], dtype=torch.float32)
-    group_index = torch.tensor([i // n for i in judged])
+    scores = torch.tensor([float(s.result.score) for s in judged], dtype=torch.float32)
+    group_index = torch.tensor([s.group for s in judged])
     keep = filter_groups(scores, group_index)
     kept_groups = {int(g) for g, k in zip(group_index, keep) if bool(k)}
-    return [g for g in range(len(results) // n) if g in kept_groups]
+    return sorted(kept_groups)
 
 
-def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n: int, target_groups: int,
+def refill_informative_groups(first: Round, sample_round: Callable[[], Round], target_groups: int,
                               max_rounds: int, world_size: int, mini_batch_prompts: int
                               ) -> Tuple[Round, Dict[str, float]]:
     """Keep informative groups from ``first`` and from up to ``max_rounds`` further ``sample_round()`` calls until
@@ -57,7 +57,7 @@ def refill_informative_groups(first: Round, sample_round: Callable[[], Round], n
     while True:
         rounds += 1
         sampled += len(rnd.prompts)
-        ids = informative_group_ids(rnd.results, n)[: max(0, target_groups - kept_count)]
+        ids = informative_group_ids(rnd)[: max(0, target_groups - kept_count)]
         if ids:
             kept.append(rnd.select_groups(ids))
             kept_count += len(ids)

@@ -11,7 +11,7 @@ import torch
 from reasonrl.algorithms import kl_penalty, logprob_mismatch_stats, masked_mean, off_policy_metrics, off_policy_sums
 from reasonrl.config.algorithm_schema import reported_version_lags
 from reasonrl.data.batch import Batch
-from reasonrl.data.sample import TOOL_STATS, columns
+from reasonrl.data.sample import EnvOutcome, Round, ToolOutcome
 
 
 class PhaseTimer:
@@ -85,12 +85,26 @@ def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch
     out.update(per_verifier_metrics([samples[i].verifier for i in judged], [results[i].score for i in judged],
                                     [results[i].correct for i in judged]))
     if samples and samples[0].tool_mask is not None:  # multi-turn tool rollout (tool.enabled)
-        out.update(tool_metrics({"tool_mask": [s.tool_mask for s in samples],
-                                 **{k: [s.extra.get(k, 0) for s in samples] for k in TOOL_STATS}}))
-        from reasonrl.envs.metrics import ENV_COLUMNS, env_metrics
+        from reasonrl.envs.metrics import env_metrics
 
-        out.update(env_metrics(columns(samples, ENV_COLUMNS), results))  # environments: {} when the rows have none
+        columns = outcome_columns(samples)
+        out.update(tool_metrics(columns))
+        out.update(env_metrics(columns, results))
     return out
+
+
+def outcome_columns(samples: List[Any]) -> Dict[str, List[Any]]:
+    """The per-response columns of a tool rollout's outcomes (``Sample.tools``, ``Sample.env``), under the names
+    ``tool_metrics`` and ``env_metrics`` read (``reasonrl.rollout.multiturn.TOOL_META_KEYS``)."""
+    tools = [s.tools or ToolOutcome() for s in samples]
+    envs = [s.env or EnvOutcome() for s in samples]
+    return {"tool_mask": [s.tool_mask for s in samples], "turns": [t.turns for t in tools],
+            "tool_calls": [t.tool_calls for t in tools], "tool_errors": [t.tool_errors for t in tools],
+            "tool_timeouts": [t.tool_timeouts for t in tools], "tool_seconds": [t.tool_seconds for t in tools],
+            "malformed_calls": [t.malformed_calls for t in tools], "calls_per_tool": [t.calls_per_tool for t in tools],
+            "env": [e.name for e in envs], "env_failed": [e.failed for e in envs], "env_reward": [e.reward for e in envs],
+            "step_rewards": [e.step_rewards for e in envs], "env_drift": [e.drift for e in envs],
+            "env_noncanonical": [e.noncanonical for e in envs]}
 
 
 def per_verifier_metrics(verifiers: List[str], scores: List[float], correct: List[bool]) -> Dict[str, float]:
@@ -163,22 +177,22 @@ def data_levels(rows: List[Dict[str, Any]]) -> List[str]:
     return levels if len(levels) > 1 else []
 
 
-def round_level_metrics(rows: List[Dict[str, Any]], results: List[Any], n: int,
-                        levels: List[str]) -> Dict[str, float]:
+def round_level_metrics(rnd: Round, levels: List[str]) -> Dict[str, float]:
     """A round's mix: ``levels/responses`` (rollouts), ``levels/informative_groups`` (share of the round's groups
     whose verdicts differ: the ones a group-relative advantage learns from, as DAPO's filter counts them), and per
     level of ``levels`` its share of the groups (0 when the round drew none) and its training accuracy over verdicts.
-    ``rows`` one per group, ``results`` ``n`` per group in group order."""
+    Groups are the round's (``Round.groups``: one per prompt, by the Samples' group ids)."""
     from .dynamic_sampling import informative_group_ids
 
-    if len(results) != n * len(rows) or not rows:
-        raise ValueError(f"{len(results)} results for {len(rows)} groups of {n}")
-    out = {"levels/responses": float(len(results)),
-           "levels/informative_groups": len(informative_group_ids(list(results), n)) / len(rows)}
+    if not rnd.prompts:
+        raise ValueError(f"a round of {len(rnd.samples)} samples and no prompts")
+    groups = rnd.groups()
+    out = {"levels/responses": float(len(rnd.samples)),
+           "levels/informative_groups": len(informative_group_ids(rnd)) / len(groups)}
     for level in levels:
-        groups = [g for g, r in enumerate(rows) if level_of(r) == level]
-        judged = [results[g * n + j] for g in groups for j in range(n) if not results[g * n + j].failed]
-        out[f"levels/share/{level}"] = len(groups) / len(rows)
+        picked = [g for g, p in enumerate(rnd.prompts) if level_of(p.row) == level]
+        judged = [s.result for g in picked for s in groups[g] if not s.result.failed]
+        out[f"levels/share/{level}"] = len(picked) / len(groups)
         if judged:
             out[f"levels/train_accuracy/{level}"] = sum(bool(r.correct) for r in judged) / len(judged)
     return out

@@ -1,6 +1,6 @@
 """The rollout source: the one seam between the loop and whatever generates its responses.
 
-``Trainer`` calls nothing of a source but these members (``tests/test_rollout_source.py`` checks the loop's calls and
+``Trainer`` calls nothing of a source but these members (``tests/unit/trainer/test_rollout_source.py`` checks the loop's calls and
 both implementations against this list). A step, in the loop's order:
 
     start(step)                       once, after a resume's ``load``: engines at the weights of ``step``

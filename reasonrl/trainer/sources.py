@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from reasonrl.controller.worker_group import GenerationError, RolloutWorkerError, wait_watched
-from reasonrl.data.sample import Round, Sample, attach_results, samples_from_generation
+from reasonrl.data.sample import Round, Sample, attach_results, bind_prompts
 from reasonrl.fault_points import arrive, run_in_actor
 
 from .metrics import PhaseTimer
@@ -46,7 +46,7 @@ def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any],
     verified; the padding is dropped."""
     real = list(prompts)
     padded = real + [real[-1]] * ((-len(real)) % engines.engines)
-    samples = [s for s in samples_from_generation(padded, engines.generate(prompt_batch(padded), sampling))
+    samples = [s for s in bind_prompts(engines.generate(prompt_batch(padded), sampling), padded)
                if s.group < len(real)]
     items = reward_items(samples, reward_cfg)
     attach_results(samples, items, pool.verify_batch(items))

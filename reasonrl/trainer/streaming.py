@@ -5,7 +5,9 @@ generates its share in sub-batches (``group.stream`` starts them, ``group.iter_s
 sub-batch with its engine) and each sub-batch's responses go to the pool (``VerifierPool.submit``) the moment they
 arrive, so verifying overlaps generating; ``timing_s/verify`` is then only what is left after the last response. With 0
 it is one generate call, then one ``verify_batch``. Either way the Samples come back in the order of one plain
-generate call (engine by engine, prompt by prompt), each with its verifier and result. The group is a Ray
+generate call (engine by engine, prompt by prompt), each with its verifier and result. The engines return Samples
+that carry their group (the prompt's position in the round, handed over with the prompts); here each is bound to its
+prompt. The group is a Ray
 ``WorkerGroup`` or an in-process one (``controller.in_process``): both give the same calls.
 """
 from __future__ import annotations
@@ -14,16 +16,18 @@ from typing import Any, Dict, List, Sequence
 
 from reasonrl.controller.worker_group import GenerationError  # noqa: F401  (raised by iter_stream)
 from reasonrl.data.batch import Batch
-from reasonrl.data.sample import Sample, attach_results, columns, samples_from_generation
+from reasonrl.data.sample import Sample, attach_results, bind_prompts
 from reasonrl.rewards import verifier_for, verify_item
 
 from .metrics import PhaseTimer
 
 
 def prompt_batch(prompts: Sequence[Any]) -> Batch:
-    """What the engines are handed: each prompt's token ids (meta ``prompt_ids``) and its dataset row (meta
-    ``rows``, ``engine_host.PROMPT_ROWS``), which the multi-turn loop resets the row's environment with."""
-    return Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts]})
+    """What the engines are handed: each prompt's token ids (meta ``prompt_ids``), its dataset row (meta ``rows``,
+    ``engine_host.PROMPT_ROWS``), which the multi-turn loop resets the row's environment with, and its group id (meta
+    ``groups``, ``engine_host.PROMPT_GROUPS``: its position in ``prompts``), which its Samples carry."""
+    return Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts],
+                       "groups": list(range(len(prompts)))})
 
 
 def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any], pool, reward_cfg,
@@ -31,7 +35,7 @@ def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any],
     """Responses (``sampling["n"]`` per prompt, grouped) as verified Samples; times ``rollout`` and ``verify``."""
     if chunk_prompts <= 0:
         with timer("rollout"):
-            samples = samples_from_generation(prompts, group.generate(prompt_batch(prompts), sampling))
+            samples = bind_prompts(group.generate(prompt_batch(prompts), sampling), prompts)
         with timer("verify"):
             items = reward_items(samples, reward_cfg)
             attach_results(samples, items, pool.verify_batch(items))
@@ -51,16 +55,12 @@ def reward_items(samples: List[Sample], reward_cfg) -> List[Any]:
 def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, reward_cfg,
                    timer: PhaseTimer) -> List[Sample]:
     """Read the engines' sub-batches as they come (``group.iter_stream``), submitting each to the pool at once; then
-    wait for the results. A sub-batch's ``prompt_row`` counts within its engine's share of ``prompts``."""
-    per_engine = len(prompts) // group.engines
+    wait for the results."""
     pieces: List[List[List[Sample]]] = [[] for _ in range(group.engines)]
     submitted: List[tuple] = []
     with timer("rollout"):
         for engine, part in group.iter_stream(streams):
-            mine = prompts[engine * per_engine:(engine + 1) * per_engine]
-            samples = samples_from_generation(mine, part)
-            for s in samples:
-                s.group += engine * per_engine
+            samples = bind_prompts(part, prompts)
             items = reward_items(samples, reward_cfg)
             submitted.append((samples, items, pool.submit(items)))
             pieces[engine].append(samples)
@@ -71,12 +71,11 @@ def collect_stream(group, streams: List[Any], prompts: Sequence[Any], pool, rewa
 
 
 def mark_env_failures(samples: List[Sample]) -> List[Sample]:
-    """A sample whose environment crashed or hung (``extra["env_failed"]``) has no verdict: its result becomes a
+    """A sample whose environment crashed or hung (``Sample.env.failed``) has no verdict: its result becomes a
     failure naming the environment (left out of the advantages and the loss, counted)."""
-    from reasonrl.envs.metrics import with_env_failures
+    from reasonrl.envs.metrics import env_failure
 
-    cols = columns(samples, ("env_failed", "env"))
-    if "env_failed" in cols:
-        for s, result in zip(samples, with_env_failures(cols, [s.result for s in samples])):
-            s.result = result
+    for s in samples:
+        if s.env is not None and s.env.failed:
+            s.result = env_failure(s.env.name, s.env.failed)
     return samples

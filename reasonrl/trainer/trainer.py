@@ -230,8 +230,8 @@ class Trainer:
         metrics = dict(self.source.round_metrics())
         if alg.dynamic_sampling:  # DAPO: train only on groups whose rewards differ; refill from more prompts
             rnd, refill = refill_informative_groups(
-                rnd, lambda: self.record_round(self.source.next_round(self.step, timer)), plan.batch.samples_per_prompt,
-                plan.batch.prompts_per_step, alg.max_resample_rounds, plan.world_size, plan.batch.mini_batch_prompts)
+                rnd, lambda: self.record_round(self.source.next_round(self.step, timer)), plan.batch.prompts_per_step,
+                alg.max_resample_rounds, plan.world_size, plan.batch.mini_batch_prompts)
             metrics.update(refill)
         return rnd, metrics
 
@@ -313,7 +313,7 @@ class Trainer:
             self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True), s.response_text, s.result.score,
             s.verifier, s.result.failed, s.result.info.get("reason", ""), s.result.correct, s.prompt.row,
             len(s.response_ids), s.finish_reason, level=level_of(s.prompt.row),
-            conversation=conversation_text(s.extra["conversation"]) if s.extra.get("conversation") else None)
+            conversation=conversation_text(s.env.conversation) if s.env and s.env.conversation else None)
             for s in samples if s.group < 2], self.step + 1)
 
     def worker_groups(self) -> List[WorkerGroup]:
@@ -339,9 +339,8 @@ class Trainer:
         """The round's verdicts into the per-prompt statistics (``curriculum/*`` metrics as the round was drawn, and
         the round's mix: ``levels/*``)."""
         self.round_curriculum = {**curriculum_metrics(self.prompt_stats, self.sampler, rnd.indices),
-                                 **round_level_metrics([p.row for p in rnd.prompts], rnd.results, self.cfg.rollout.n,
-                                                       self.train_levels)}
-        self.prompt_stats.update(rnd.indices, group_verdicts(rnd.results, self.cfg.rollout.n), self.step + 1)
+                                 **round_level_metrics(rnd, self.train_levels)}
+        self.prompt_stats.update(rnd.indices, group_verdicts(rnd), self.step + 1)
         return rnd
 
     def validate(self) -> Dict[str, float]:

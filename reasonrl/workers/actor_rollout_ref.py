@@ -29,6 +29,7 @@ import torch.distributed as dist
 from reasonrl.config import from_dict
 from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.sample import Sample
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.rollout import SLEEP_PARTS
 
@@ -87,17 +88,17 @@ class ActorRolloutRefWorker:
 
     # ------------------------------------------------------------------ rollout
     @dispatch(SPLIT_BY_ENGINE)
-    def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
-        """Sample ``n`` responses for each prompt row (meta ``prompt_ids``, and ``rows``: the dataset rows, which the
-        tool loop resets each prompt's environment with); returns one row per response, grouped
-        by prompt, with meta ``prompt_ids``, ``response_ids``, ``rollout_log_probs``, ``response_text``,
-        ``finish_reason`` and ``prompt_row`` (the prompt's position in this call). With tensor-parallel rollouts
-        every rank of an engine gets the same prompts (they run the engine together)."""
+    def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
+        """Sample ``n`` responses for each prompt row (meta ``prompt_ids``; ``rows``: the dataset rows, which the
+        tool loop resets each prompt's environment with; ``groups``: the prompts' group ids); returns one ``Sample``
+        per response, grouped by prompt (``EngineHost.generate_chunks``). With tensor-parallel rollouts every rank of
+        an engine gets the same prompts (they run the engine together)."""
         return next(self._need_host().generate_chunks(prompts, sampling, 0))
 
-    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
-        """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, ``chunk_prompts`` prompts'
-        responses at a time, so the verifier pool can start on them while the rest are generated."""
+    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int
+                        ) -> Iterator[List[Sample]]:
+        """A Ray streaming generator (``WorkerGroup.stream``): the Samples of ``generate``, ``chunk_prompts``
+        prompts' responses at a time, so the verifier pool can start on them while the rest are generated."""
         yield from self._need_host().generate_chunks(prompts, sampling, chunk_prompts)
 
     def _need_host(self) -> EngineHost:

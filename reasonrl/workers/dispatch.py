@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 ONE_TO_ALL = "one_to_all"      # same arguments to every rank; returns the list of results
-SPLIT_BATCH = "split_batch"    # first argument is a Batch split evenly by rank; results (Batches) concatenated
+SPLIT_BATCH = "split_batch"    # first argument is a Batch split evenly by rank; results (Batches or lists) concatenated
 SPLIT_METRICS = "split_metrics"  # Batch split by rank; the ranks' metric dicts averaged
 RANK_ZERO = "rank_zero"        # same arguments to every rank; rank 0's result returned
 # Batch split evenly by rollout engine: the ranks of a tensor-parallel group share one engine and all get their group's

@@ -15,8 +15,9 @@ import torch
 
 from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.sample import EnvOutcome, Sample, ToolOutcome
 from reasonrl.rollout import SLEEP_PARTS, SamplingParams
-from reasonrl.rollout.multiturn import ToolRollout, tool_meta
+from reasonrl.rollout.multiturn import ToolRollout
 from reasonrl.rollout.weight_sync import tensor_nbytes
 
 NamedTensor = Tuple[str, torch.Tensor]
@@ -26,27 +27,24 @@ PROMPT_ROWS = "rows"
 """The meta key of a prompt batch's dataset rows (``trainer.streaming.prompt_batch``), one per prompt: the multi-turn
 loop resets each prompt's environment with its own row. A batch without it runs every prompt in ``env.default``."""
 
-ROW_FIELDS = ("prompt_ids", "response_ids", "rollout_log_probs", "response_text", "finish_reason", "prompt_row")
+PROMPT_GROUPS = "groups"
+"""The meta key of a prompt batch's group ids (``trainer.streaming.prompt_batch``: each prompt's position in its
+round), one per prompt, which the prompt's Samples carry. A batch without it numbers its prompts from 0."""
 
 
-def completions_to_batch(prompt_ids: Sequence[Sequence[int]], results, first_row: int = 0,
-                         with_tools: bool = False) -> Batch:
-    """One row per completion, grouped by prompt, with meta ``ROW_FIELDS`` (``prompt_row``: the prompt's position
-    in the call, counting from ``first_row``); ``with_tools``: the multi-turn loop's per-row ``tool_mask`` and tool
-    counts too. The engine's lists are kept as they are (no per-token copies), one prompt list per prompt."""
-    meta: Dict[str, List[Any]] = {k: [] for k in ROW_FIELDS}
-    for i, (prompt, completions) in enumerate(zip(prompt_ids, results)):
-        prompt = list(prompt)  # shared by the prompt's samples: Ray's pickle sends it once
+def completions_to_samples(groups: Sequence[int], results, with_tools: bool = False) -> List[Sample]:
+    """One ``Sample`` per completion, grouped by prompt, each carrying its prompt's group id from ``groups``;
+    ``with_tools``: the multi-turn loop's trajectories, with their tool mask and the tools' and the environment's
+    outcomes. The engine's lists are kept as they are (no per-token copies)."""
+    out: List[Sample] = []
+    for group, completions in zip(groups, results):
         for c in completions:
-            meta["prompt_ids"].append(prompt)
-            meta["response_ids"].append(c.token_ids)
-            meta["rollout_log_probs"].append(c.logprobs)
-            meta["response_text"].append(c.text)
-            meta["finish_reason"].append(c.finish_reason)
-            meta["prompt_row"].append(first_row + i)
-    if with_tools:
-        meta.update(tool_meta([c for completions in results for c in completions]))
-    return Batch(meta=meta)
+            out.append(Sample(group=int(group), response_ids=c.token_ids, response_text=c.text,
+                              rollout_log_probs=c.logprobs, finish_reason=c.finish_reason,
+                              tool_mask=c.tool_mask if with_tools else None,
+                              tools=ToolOutcome.of(c) if with_tools else None,
+                              env=EnvOutcome.of(c) if with_tools else None))
+    return out
 
 
 def rollout_generator(engine, tokenizer, cfg, tools: bool):
@@ -58,13 +56,18 @@ def rollout_generator(engine, tokenizer, cfg, tools: bool):
 
 def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Dict[str, Any],
                     chunk_prompts: int, with_tools: bool = False,
-                    rows: Optional[Sequence[Dict[str, Any]]] = None) -> Iterator[Batch]:
-    """``generator``'s (an engine's, or the tool loop's) responses to ``prompt_ids`` as consecutive Batches of
-    ``chunk_prompts`` prompts' responses each (0: one Batch for all): concatenated, they equal one generate call's
-    rows. ``with_tools``: the generator is the tool loop, handed each prompt's dataset row from ``rows``."""
+                    rows: Optional[Sequence[Dict[str, Any]]] = None,
+                    groups: Optional[Sequence[int]] = None) -> Iterator[List[Sample]]:
+    """``generator``'s (an engine's, or the tool loop's) responses to ``prompt_ids`` as Samples, in consecutive
+    lists of ``chunk_prompts`` prompts' responses each (0: one list for all): concatenated, they equal one generate
+    call's. Each prompt's Samples carry its group id from ``groups`` (None: its position in the call). ``with_tools``:
+    the generator is the tool loop, handed each prompt's dataset row from ``rows``."""
     params = SamplingParams(**sampling)
     if rows is not None and len(rows) != len(prompt_ids):
         raise ValueError(f"{len(rows)} dataset rows for {len(prompt_ids)} prompts")
+    if groups is not None and len(groups) != len(prompt_ids):
+        raise ValueError(f"{len(groups)} group ids for {len(prompt_ids)} prompts")
+    groups = list(range(len(prompt_ids))) if groups is None else list(groups)
     size = chunk_prompts if chunk_prompts > 0 else max(1, len(prompt_ids))
     for start in range(0, len(prompt_ids), size):
         part = list(prompt_ids[start:start + size])
@@ -72,7 +75,7 @@ def generate_chunks(generator, prompt_ids: Sequence[Sequence[int]], sampling: Di
             out = generator.generate(part, params, rows=None if rows is None else list(rows[start:start + size]))
         else:
             out = generator.generate(part, params)
-        yield completions_to_batch(part, out, start, with_tools)
+        yield completions_to_samples(groups[start:start + size], out, with_tools)
 
 
 def make_engine(cfg, plan: WorkerPlan, model_path: str, tokenizer, dtype: torch.dtype, device: str,
@@ -104,11 +107,14 @@ class EngineHost:
             self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg, self.tools)
         return self._generator
 
-    def generate_chunks(self, prompts: Batch, sampling: dict, chunk_prompts: int):
-        """The generated rows for a prompt batch (meta ``prompt_ids``, and ``rows``: the dataset rows the tool loop
-        resets environments with) as Batches of ``chunk_prompts`` prompts' responses (0: one Batch)."""
+    def generate_chunks(self, prompts: Batch, sampling: dict, chunk_prompts: int) -> Iterator[List[Sample]]:
+        """The Samples for a prompt batch (meta ``prompt_ids``; ``rows``: the dataset rows the tool loop resets
+        environments with; ``groups``: the prompts' group ids) as lists of ``chunk_prompts`` prompts' responses (0:
+        one list)."""
         rows = prompts[PROMPT_ROWS] if PROMPT_ROWS in prompts else None
-        return generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts, self.tools, rows)
+        groups = prompts[PROMPT_GROUPS] if PROMPT_GROUPS in prompts else None
+        return generate_chunks(self.generator, prompts["prompt_ids"], sampling, chunk_prompts, self.tools, rows,
+                               groups)
 
     # ------------------------------------------------------------------ memory phases
     def sleep(self) -> float:

@@ -3,7 +3,7 @@
 It generates while the actor group trains, and takes new weights from actor rank 0 through the weight transfer group
 (``reasonrl.workers.weight_transfer``) into its engine host (``engine_host.py``, the same engine-side loading as the
 colocated ``ActorRolloutRefWorker``). It counts the policy version its engine holds (the number of actor updates
-its weights include) and stamps every generated row with it (meta ``weights_version``), so the trainer can measure
+its weights include) and stamps every generated Sample with it (``Sample.weights_version``), so the trainer can measure
 staleness instead of assuming it.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from reasonrl.config import from_dict
 from reasonrl.config.worker_plan import WorkerPlan
 from reasonrl.data.batch import Batch
+from reasonrl.data.sample import Sample
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
 
@@ -47,17 +48,19 @@ class RolloutWorker:
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
 
-    def _stamped(self, batch: Batch) -> Batch:
-        batch.meta["weights_version"] = [self.version] * len(batch)
-        return batch
+    def _stamped(self, samples: List[Sample]) -> List[Sample]:
+        for s in samples:
+            s.weights_version = self.version
+        return samples
 
     @dispatch(SPLIT_BATCH)
-    def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> Batch:
-        """Like ``ActorRolloutRefWorker.generate``; rows also carry ``weights_version``."""
+    def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
+        """Like ``ActorRolloutRefWorker.generate``; each Sample also carries ``weights_version``."""
         return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
 
-    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int) -> Iterator[Batch]:
-        """A Ray streaming generator (``WorkerGroup.stream``): the rows of ``generate``, a sub-batch at a time."""
+    def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int
+                        ) -> Iterator[List[Sample]]:
+        """A Ray streaming generator (``WorkerGroup.stream``): the Samples of ``generate``, a sub-batch at a time."""
         for part in self.host.generate_chunks(prompts, sampling, chunk_prompts):
             yield self._stamped(part)
 

@@ -257,10 +257,10 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
         assert isinstance(worker.host.generator, ToolRollout)
         data = PromptDataset(task_files("math_tool", "train", None), load_tokenizer(model_path), 384)
         sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "logprobs": True}
-        rows = worker.generate(prompt_batch([data[0]]), sampling)
+        samples = worker.generate(prompt_batch([data[0]]), sampling)
     finally:
         worker.host.generator.close()
-    assert len(rows) == 2 and rows["weights_version"] == [0, 0]
-    for key in ("tool_mask", "turns", "tool_calls"):
-        assert key in rows.meta, key
-    assert [len(m) for m in rows["tool_mask"]] == [len(r) for r in rows["response_ids"]]
+    assert len(samples) == 2 and [s.weights_version for s in samples] == [0, 0]
+    assert [s.group for s in samples] == [0, 0]
+    assert all(s.tools is not None and s.tools.turns >= 1 and s.env is not None for s in samples)
+    assert [len(s.tool_mask) for s in samples] == [len(s.response_ids) for s in samples]

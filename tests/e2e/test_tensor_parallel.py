@@ -18,6 +18,7 @@ from helpers import cpu_worker_plan
 from reasonrl.config import load_config, to_dict
 from reasonrl.controller import WorkerGroup, free_port
 from reasonrl.data import Batch
+from reasonrl.data.sample import Sample
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from reasonrl.workers.dispatch import ONE_TO_ALL, SPLIT_BY_ENGINE, dispatch
 
@@ -133,7 +134,7 @@ class ProbedWorker(ActorRolloutRefWorker):
     @dispatch(ONE_TO_ALL)
     def generate_here(self, prompts, sampling) -> list:
         """This rank's own view of an engine call (both ranks of an engine must agree)."""
-        return list(self.generate(Batch(meta={"prompt_ids": prompts}), sampling)["response_ids"])
+        return [s.response_ids for s in self.generate(Batch(meta={"prompt_ids": prompts}), sampling)]
 
     @dispatch(ONE_TO_ALL)
     @torch.no_grad()
@@ -164,9 +165,9 @@ def test_two_workers_share_one_engine_sharded_two_ways(local_ray, tp_model):
         per_rank = group.generate_here(prompts, sampling)
         assert per_rank[0] == per_rank[1]  # the engine's two ranks sampled the same tokens
         out = group.generate(Batch(meta={"prompt_ids": prompts}), sampling)
-        assert len(out) == 4 and out["prompt_row"] == [0, 0, 1, 1]  # one engine: its result once, not per rank
+        assert len(out) == 4 and [s.group for s in out] == [0, 0, 1, 1]  # one engine: its result once, not per rank
 
-        seq_prompt, seq_response = [1, 2, 3], list(out["response_ids"][0])
+        seq_prompt, seq_response = [1, 2, 3], list(out[0].response_ids)
         before = group.check_weight_sync(seq_prompt, seq_response)
         group.perturb_actor(0.05)
         stale = group.check_weight_sync(seq_prompt, seq_response)
@@ -185,9 +186,9 @@ class StreamWorker(EchoWorker):
 
     def generate_stream(self, prompts: Batch, chunk_prompts: int):
         self.part = list(prompts["prompt"])
-        for i, prompt in enumerate(self.part):
-            yield Batch(meta={"prompt_row": [i], "response_text": [f"\\boxed{{{prompt}}}"], "rank": [self.rank],
-                              "response_ids": [[i]], "rollout_log_probs": [[]], "finish_reason": ["stop"]})
+        for prompt, group in zip(self.part, prompts["groups"]):
+            yield [Sample(group=group, response_ids=[group], response_text=f"\\boxed{{{prompt}}}",
+                          rollout_log_probs=[], finish_reason="stop")]
 
     @dispatch(ONE_TO_ALL)
     def streamed_part(self) -> list:
@@ -200,22 +201,24 @@ def test_streaming_splits_by_engine_and_keeps_each_engines_rows_once(local_ray):
     the engine together), and only each engine's first rank's rows are verified, each prompt once."""
     from reasonrl.config.schema import RewardConfig
     from reasonrl.data.prompts import Prompt
+    from reasonrl.rewards import make_pool
     from reasonrl.trainer.metrics import PhaseTimer
     from reasonrl.trainer.streaming import collect_stream
-    from reasonrl.verifiers import VerifierPool
 
     prompts = [Prompt([i], {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": str(i)}})
                for i in range(4)]
     group = WorkerGroup(StreamWorker, 4, use_gpu=False, cpus_per_worker=1, init_kwargs={}, engine_ranks=2)
     try:
-        streams = group.stream("generate_stream", Batch(meta={"prompt": [str(i) for i in range(4)]}), 1)
-        with VerifierPool(workers=1, timeout_s=30) as pool:
-            samples = collect_stream(group, streams, prompts, pool, RewardConfig(), PhaseTimer())
+        streams = group.stream("generate_stream", Batch(meta={"prompt": [str(i) for i in range(4)],
+                                                              "groups": list(range(4))}), 1)
+        reward = RewardConfig(workers=1, timeout_s=30)
+        with make_pool(reward) as pool:  # the reward router, as a run's (it takes the RewardItems)
+            samples = collect_stream(group, streams, prompts, pool, reward, PhaseTimer())
         assert group.streamed_part() == [["0", "1"], ["0", "1"], ["2", "3"], ["2", "3"]]
     finally:
         group.shutdown()
     assert [s.response_text for s in samples] == [f"\\boxed{{{i}}}" for i in range(4)]  # each prompt once, in order
-    assert [s.group for s in samples] == [0, 1, 2, 3]  # the row of engine 1 counts from its share's start
+    assert [s.group for s in samples] == [0, 1, 2, 3]  # engine 1's Samples carry the group ids of its share
     assert [s.result.correct for s in samples] == [True] * 4  # each row verified against its own prompt
 
 

@@ -15,6 +15,7 @@ from reasonrl.config import load_config
 from reasonrl.config.load import ConfigError
 from reasonrl.data import (EpochSampler, MixtureSampler, PassRateSampler, PromptStats, curriculum_metrics,
                            group_verdicts, largest_remainder, make_sampler, pass_rate_band, start_curriculum)
+from reasonrl.data.sample import Round, Sample
 from reasonrl.datasets import DataError
 from reasonrl.datasets.gsm8k import build_rows as gsm8k_rows
 from reasonrl.verifiers import VerifyResult, get_verifier
@@ -67,9 +68,9 @@ def test_group_verdicts_of_real_verifier_results():
     results = [math_verifier.verify("so \\boxed{18}", "18"), math_verifier.verify("\\boxed{17}", "18"),
                VerifyResult.failure("verification timed out after 10s", timed_out=True),
                math_verifier.verify("The answer is \\boxed{3/4}", "0.75")]
-    assert group_verdicts(results, 2) == [[T, F], [X, T]]
-    with pytest.raises(ValueError, match="groups of rollout.n=3"):
-        group_verdicts(results, 3)
+    samples = [Sample(group=i // 2, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="stop",
+                      result=r) for i, r in enumerate(results)]
+    assert group_verdicts(Round(["p0", "p1"], samples)) == [[T, F], [X, T]]
 
 
 def test_state_dict_is_json_compact_and_restores_exactly():

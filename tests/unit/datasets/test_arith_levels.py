@@ -4,6 +4,8 @@ import re
 import pytest
 
 from reasonrl.config.tasks import get_task
+from reasonrl.data.prompts import Prompt
+from reasonrl.data.sample import Round, Sample
 from reasonrl.datasets import arith_levels as al
 from reasonrl.datasets import check_row, task_files
 
@@ -79,6 +81,13 @@ def test_task_registration_and_bad_split(tmp_path, monkeypatch):
     assert task_files("arith_levels", "val")[0].endswith("test.parquet")
 
 
+def level_round(rows, results, n=2):
+    """A round of ``rows`` (one prompt each), ``results`` ``n`` per row in row order."""
+    samples = [Sample(group=i // n, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="stop",
+                      result=r) for i, r in enumerate(results)]
+    return Round([Prompt([], row) for row in rows], samples)
+
+
 def test_level_metrics_of_a_round_and_a_validation(splits):
     """The trainer's mix metrics (``levels/*``, ``val/<level>/accuracy``), on real rows and real math verdicts."""
     from reasonrl.trainer import metrics as curriculum
@@ -101,15 +110,15 @@ def test_level_metrics_of_a_round_and_a_validation(splits):
     results = [verdict(easy, True), verdict(easy, True), verdict(medium, True), verdict(medium, False),
                verdict(hard, True), VerifyResult.failure("timeout")]
     assert [r.correct for r in results[:5]] == [True, True, True, False, True]
-    m = curriculum.round_level_metrics(rows, results, 2, levels)
+    m = curriculum.round_level_metrics(level_round(rows, results), levels)
     assert m["levels/responses"] == 6.0 and m["levels/informative_groups"] == pytest.approx(1 / 3)
     assert [m[f"levels/share/{lv}"] for lv in ("easy", "medium", "hard")] == [pytest.approx(1 / 3)] * 3
     assert [m[f"levels/train_accuracy/{lv}"] for lv in ("easy", "medium", "hard")] == [1.0, 0.5, 1.0]
     # a round of easy rows only: the other levels are there with share 0 and no accuracy
-    only_easy = curriculum.round_level_metrics([easy], results[:2], 2, levels)
+    only_easy = curriculum.round_level_metrics(level_round([easy], results[:2]), levels)
     assert only_easy["levels/share/hard"] == 0.0 and "levels/train_accuracy/hard" not in only_easy
-    with pytest.raises(ValueError, match="5 results for 3 groups of 2"):
-        curriculum.round_level_metrics(rows, results[:5], 2, levels)
+    with pytest.raises(ValueError, match="group 2 in a round of 2 prompts"):
+        curriculum.round_level_metrics(level_round(rows[:2], results[:5]), levels)
     # validation: one response per row; easy right, medium wrong, hard failed (left out: no accuracy)
     v = curriculum.val_level_metrics(rows, [verdict(easy, True), verdict(medium, False),
                                             VerifyResult.failure("timeout")])

@@ -1,9 +1,11 @@
-"""env_metrics / with_env_failures / conversation_text over a hand-made round's meta (numbers derived in comments)."""
+"""env_metrics / env failures / conversation_text over a hand-made round's meta (numbers derived in comments)."""
 from __future__ import annotations
 
 import math
 
-from reasonrl.envs.metrics import conversation_text, env_metrics, with_env_failures
+from reasonrl.data.sample import EnvOutcome, Sample
+from reasonrl.envs.metrics import conversation_text, env_metrics
+from reasonrl.trainer.streaming import mark_env_failures
 from reasonrl.verifiers.base import VerifyResult
 
 GEN = {"env": ["search", "search", "", "code_feedback"], "turns": [3, 1, 1, 2],
@@ -30,8 +32,13 @@ def test_env_metrics_of_a_round():
 
 
 def test_failed_environments_become_failed_results_and_conversations_read_whole():
-    results = with_env_failures(GEN, [VerifyResult(1.0, True, {})] * 4)
-    assert [r.failed for r in results] == [False, False, False, True]
+    samples = [Sample(group=0, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="stop",
+                      env=EnvOutcome(name, failed), result=VerifyResult(1.0, True, {}))
+               for name, failed in zip(GEN["env"], GEN["env_failed"])]
+    samples.append(Sample(group=0, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="stop",
+                          result=VerifyResult(1.0, True, {})))  # a plain rollout: no environment outcome
+    results = [s.result for s in mark_env_failures(samples)]
+    assert [r.failed for r in results] == [False, False, False, True, False]
     assert "timed out" in results[3].info["reason"] and results[3].info["environment"] == "code_feedback"
     text = conversation_text([{"role": "assistant", "content": "<tool_call>..."}, {"role": "tool", "content": "5"}])
     assert text == "[assistant]\n<tool_call>...\n[tool]\n5"

@@ -75,11 +75,12 @@ def test_rows_with_the_same_prompt_each_reach_their_own_environment(tmp_path, to
     try:
         for parts in (1, 2):  # one engine, or two engines each with its part of the batch (WorkerGroup's split)
             sampling = {"n": 2, "max_new_tokens": 100}
-            out = [rows for part in batch.chunk(parts) for rows in host.generate_chunks(part, sampling, 1)]
-            told = [c[1]["content"] for part in out for c in part["conversation"]]
+            out = [s for part in batch.chunk(parts) for chunk in host.generate_chunks(part, sampling, 1) for s in chunk]
+            told = [s.env.conversation[1]["content"] for s in out]
             assert told == [s for s in secrets for _ in range(2)]
-            assert [r for part in out for r in part["env_reward"]] == [i / 10 for i in range(4) for _ in range(2)]
-            assert all(f == "" for part in out for f in part["env_failed"])
+            assert [s.env.reward for s in out] == [i / 10 for i in range(4) for _ in range(2)]
+            assert all(s.env.failed == "" for s in out)
+            assert [s.group for s in out] == [i for i in range(4) for _ in range(2)]  # the round's, over the parts
     finally:
         host.generator.close()
 
@@ -90,8 +91,9 @@ def test_a_batch_without_rows_runs_the_default_environment(tokenizer, tmp_path):
     from reasonrl.data.batch import Batch
 
     prompt = tokenizer.encode("hello", add_special_tokens=False)
-    [rows] = list(host.generate_chunks(Batch(meta={"prompt_ids": [prompt]}), {"n": 1, "max_new_tokens": 50}, 0))
-    assert rows["env"] == [""] and rows["turns"] == [1]  # env.default=none: a plain prompt, one model turn
+    [[sample]] = list(host.generate_chunks(Batch(meta={"prompt_ids": [prompt]}), {"n": 1, "max_new_tokens": 50}, 0))
+    assert sample.env.name == "" and sample.tools.turns == 1  # env.default=none: a plain prompt, one model turn
+    assert sample.group == 0  # a batch without group ids numbers its prompts from 0
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,7 @@ def test_search_prompts_run_in_the_search_environment(search_run, tmp_path, mode
     host = EngineHost(engine, tokenizer, cfg, "cpu", tools=True)
     try:
         [out] = list(host.generate_chunks(prompt_batch([data[0], data[5]]), {"n": 2, "max_new_tokens": 8}, 0))
-        assert out["env"] == ["search"] * 4
-        assert all(len(ids) == len(m) <= 8 for ids, m in zip(out["response_ids"], out["tool_mask"]))
+        assert [s.env.name for s in out] == ["search"] * 4
+        assert all(len(s.response_ids) == len(s.tool_mask) <= 8 for s in out)
     finally:
         host.generator.close()

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from reasonrl.algorithms import compute_advantages
+from reasonrl.data.sample import Round, Sample
 from reasonrl.trainer.dynamic_sampling import informative_group_ids
 from reasonrl.trainer.failures import (RunHaltedError, SkippedStepGuard, advantages_over_verdicts,
                                        check_failed_fraction, failure_metrics, verdict_mask, without_failed)
@@ -110,7 +111,9 @@ def test_dynamic_sampling_judges_groups_by_their_verdicts_only():
     # group 0: 1, (failed) -> one verdict only: not informative; group 1: 0, 1 -> informative;
     # group 2: (failed), (failed) -> nothing; group 3: 0, 0 -> all equal.
     results = _results([1, 0, 0, 1, 0, 0, 0, 0], [False, True, False, False, True, True, False, False])
-    assert informative_group_ids(results, 2) == [1]
+    samples = [Sample(group=i // 2, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="stop",
+                      result=r) for i, r in enumerate(results)]
+    assert informative_group_ids(Round(["p0", "p1", "p2", "p3"], samples)) == [1]
 
 
 HOSTILE = textwrap.dedent('''

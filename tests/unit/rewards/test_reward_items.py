@@ -2,6 +2,9 @@
 under, the data check before anything loads, and the per-row combination with hand-computed numbers."""
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import pytest
 
 from reasonrl.config import load_config
@@ -33,8 +36,12 @@ def test_sources_precedence_and_labels():
     forced = reward("reward.model.path=/rm", "reward.sources={model: 2}")
     assert sources_for(both, forced) == {"model": 2.0}  # reward.sources forces every row
     item = verify_item(both, "\\boxed{4}", plain)
-    assert tuple(item) == ("math", "\\boxed{4}", "4", {"index": 1}) and item.sources == {"rule": 0.7, "model": 0.3}
-    assert verify_item(row(style="model"), "x", plain)[0] is None  # no rule source: no verifier
+    assert item.pool_item() == ("math", "\\boxed{4}", "4", {"index": 1}) and item.sources == {"rule": 0.7, "model": 0.3}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.response = "changed"  # frozen: what the sources score is what the trainer sent
+    again = pickle.loads(pickle.dumps(item))  # to the reward model's Ray actors and the pool's workers
+    assert again == item and again.row == both and again.row is not both
+    assert verify_item(row(style="model"), "x", plain).verifier is None  # no rule source: no verifier
     # a model-only row needs no verifier for its data_source
     assert verifier_for({**row(style="model"), "data_source": "chat/preferences"}, plain) == "reward_model"
 

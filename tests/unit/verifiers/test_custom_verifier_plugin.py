@@ -86,7 +86,7 @@ def test_training_config_routes_rewards_to_the_plugin(installed_plugin, monkeypa
     items = [verify_item(gold_b, "The answer is (B).", cfg.reward),
              verify_item(gold_e, "The answer is (E).", cfg.reward),  # E counts only with the default "ABCDE"
              verify_item(gold_b, "\\boxed{18}", cfg.reward)]
-    assert [item[0] for item in items] == ["choice"] * 3  # the config overrides the row's own verifier ("math")
+    assert [item.verifier for item in items] == ["choice"] * 3  # the config overrides the row's own verifier ("math")
     with make_pool(cfg.reward) as pool:
         results = pool.verify_batch(items)
     assert [r.score for r in results] == [1.0, 0.0, 0.0]
