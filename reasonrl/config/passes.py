@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Tuple
 
 
@@ -22,7 +22,7 @@ class Passes:
     old_log_probs: bool
     ref_log_probs: bool
     values: bool
-    old_log_probs_reason: str = ""
+    old_log_probs_reason: str = field(default="", compare=False)
     """Why the old-log-prob pass runs (the start-up table's words); empty when it does not."""
 
 

@@ -240,7 +240,7 @@ def test_masked_is_drops_the_rejected_tokens_from_the_actor_loss_mask():
 @pytest.fixture(scope="module")
 def tiny_actor(tmp_path_factory, model_path):
     """(a tiny random policy's path, a function building an in-process actor worker over it for given settings)."""
-    from helpers import free_port, make_tiny_policy
+    from helpers import cpu_worker_plan, free_port, make_tiny_policy
 
     from reasonrl.config import to_dict
     from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -251,7 +251,7 @@ def tiny_actor(tmp_path_factory, model_path):
         c = cfg("trainer.device=cpu", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
                 "actor.micro_batch_size_per_worker=3", "algorithm.use_kl_loss=false", *args)
         return c, ActorRolloutRefWorker(to_dict(c), policy, rank=0, world_size=1, master_addr="127.0.0.1",
-                                        master_port=free_port(), num_threads=1)
+                                        master_port=free_port(), num_threads=1, plan=cpu_worker_plan(c))
 
     return worker
 
@@ -307,7 +307,7 @@ def test_decoupled_trains_through_the_real_loop_with_metrics_per_version_lag(tmp
     import json
 
     from reasonrl.trainer.backends import InProcessBackend
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
     from reasonrl.trainer.trainer import Trainer
 
     out = tmp_path / "run"

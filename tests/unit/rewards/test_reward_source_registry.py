@@ -129,7 +129,7 @@ def test_a_step_trains_on_the_installed_source(length_source, tiny_policy, tmp_p
     the plugin alone: the advantages are its scores minus their group's mean (norm_by_std off: worked by hand for
     groups of two, +-(a - b) / 2), and the metrics carry its scores."""
     from reasonrl.trainer.backends import InProcessBackend
-    from reasonrl.trainer.run_plan import RunPlan
+    from reasonrl.config.plan import RunPlan
     from reasonrl.trainer.trainer import Trainer
 
     out = tmp_path / "run"
