@@ -27,11 +27,12 @@ import functools
 import itertools
 import json
 import random
-import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from .arith_levels import held_out  # the same held-out fifth: a CRC-32 of the question
 
 GENERATED = True  # no upstream source: the lookup builds it directly
 
@@ -130,11 +131,6 @@ def question_text(numbers: Sequence[int], target: int) -> str:
     listed = ", ".join(str(x) for x in numbers[:-1]) + f" and {numbers[-1]}"
     return (f"Using the numbers {listed}, write an arithmetic expression that equals {target}. You may use +, -, *, / "
             f"and parentheses; use each number at most once (you need not use all of them).")
-
-
-def held_out(question: str) -> bool:
-    """Whether a puzzle belongs to the test part of its level's space (a fifth, fixed by the question's CRC-32)."""
-    return zlib.crc32(question.encode()) % 5 == 0
 
 
 def make_puzzle(rng: random.Random, level: Level, test: bool) -> Tuple[List[int], int, str]:
