@@ -59,7 +59,7 @@ def result(summary: Dict[str, Any], output_dir: Path, command: List[str], wall_s
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                     "python": platform.python_version()},
-        "command": " ".join(command[1:]).replace(str(ROOT) + "/", ""),
+        "command": "python " + " ".join(command[1:]).replace(str(ROOT) + "/", ""),
         "settings": {key: summary.get(key) for key in
                      ("n", "k", "temperature", "max_new_tokens", "limit", "engine", "split", "generated_problems")},
         "wall_s": round(wall_s, 1),
