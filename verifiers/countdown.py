@@ -11,8 +11,9 @@ A countdown puzzle (``datasets/countdown.py``) gives numbers and a target; a res
   anywhere makes the response wrong).
 
 ``\\times``, ``\\cdot``, ``×``, ``\\div``, ``÷``, ``\\left(``/``\\right)`` and ``$`` are read as their plain forms; a
-box holding ``expression = target`` counts as the expression. The ground truth is the puzzle as JSON text,
-``{"numbers": [...], "target": N}`` (a dict is read too); a ground truth that is not a puzzle gets no verdict
+box holding ``expression = target`` counts as the expression. Without a box, the response's final line is the
+answer when it is only such an expression (the base model writes ``41 + 15 = 56`` unboxed); otherwise ``no_box``.
+The ground truth is the puzzle as JSON text, ``{"numbers": [...], "target": N}`` (a dict is read too); a ground truth that is not a puzzle gets no verdict
 (``VerifyResult.failure``: the row is broken, not the response). ``info["reason"]`` says why a response scored as
 it did: ``correct``, ``no_box``, ``malformed``, ``not_allowed``, ``number_not_given``, ``number_reused``,
 ``division_by_zero``, ``wrong_value``.
@@ -126,11 +127,24 @@ def check_numbers(literals: List[int], numbers: Tuple[int, ...]) -> None:
             raise Rejected("number_reused", f"{number} is used {count} times but given {given[number]}")
 
 
+def final_line(response: str) -> str:
+    """The response's last non-empty line, without markdown bold and a closing full stop."""
+    lines = [line.strip() for line in response[-MAX_EXPRESSION_CHARS * 4:].splitlines() if line.strip()]
+    return lines[-1].replace("**", "").rstrip(".").strip() if lines else ""
+
+
 def judge(response: str, numbers: Tuple[int, ...], target: int) -> VerifyResult:
     """The verdict on one response to the puzzle (``numbers``, ``target``)."""
-    boxed = last_boxed(response) if isinstance(response, str) else None
-    if boxed is None:
+    if not isinstance(response, str):
         return VerifyResult.incorrect("no_box", extracted=None)
+    boxed = last_boxed(response)
+    if boxed is None:  # no box: a final line that is just the expression (or "expression = target") is the answer
+        line = final_line(response)
+        try:
+            parse_expression(plain_expression(line, target))
+        except Rejected:
+            return VerifyResult.incorrect("no_box", extracted=None)
+        boxed = line
     try:
         tree, literals = parse_expression(plain_expression(boxed, target))
         check_numbers(literals, numbers)  # before the value: a reused number is named even where it divides by 0

@@ -25,6 +25,7 @@ def verdict(verifier, response, truth=PUZZLE):
     "\\boxed{53 = \\left(7 \\cdot 8\\right) - 3}",          # target first, \\left( \\right)
     "\\boxed{$8 \\cdot 7 - 3$}",                              # inline math dollars
     "First \\boxed{7 + 8}, then the answer: \\boxed{8 * 7 - 3}",   # the last box is read
+    "7 * 8 = 56\n**7 * 8 - 3 = 53**.",                        # no box: the final line, when it is only the expression
 ])
 def test_right_answers_and_their_spellings(verifier, response):
     result = verdict(verifier, response)
@@ -63,7 +64,10 @@ def test_fraction_arithmetic_is_exact(verifier):
     ("\\boxed{7 8 - 3}", "malformed"),
     ("\\boxed{7 * 8 - 3 = 50}", "malformed"),                 # an equation that does not state the target
     ("\\boxed{" + "(" * 150 + "3" + ")" * 150 + "}", "malformed"),  # over the length limit: never parsed
-    ("The answer is 7 * 8 - 3.", "no_box"),
+    ("The answer is 7 * 8 - 3.", "no_box"),                  # a sentence, not a final line of only the expression
+    ("7 * 8 - 3 = 52", "no_box"),                             # unboxed: an equation not stating the target
+    ("7 * 8 + 3 = 53", "wrong_value"),                        # unboxed final line stating the target: 59
+    ("So:\n7 * 8 - 25", "wrong_value"),                       # unboxed final line, read as the answer: 31
     ("", "no_box"),
 ])
 def test_wrong_answers_name_why(verifier, response, reason):
