@@ -15,8 +15,8 @@ box holding ``expression = target`` counts as the expression. Without a box, the
 answer when it is only such an expression (the base model writes ``41 + 15 = 56`` unboxed); otherwise ``no_box``.
 The ground truth is the puzzle as JSON text, ``{"numbers": [...], "target": N}`` (a dict is read too); a ground
 truth that is not a puzzle gets no verdict (``VerifyResult.failure``: the row is broken, not the response).
-``info["reason"]`` says why a response scored as it did: ``correct``, ``no_box``, ``malformed``, ``not_allowed``, ``number_not_given``, ``number_reused``,
-``division_by_zero``, ``wrong_value``.
+``info["reason"]`` says why a response scored as it did: ``correct``, ``no_box``, ``malformed``, ``not_allowed``,
+``number_not_given``, ``number_reused``, ``division_by_zero``, ``wrong_value``.
 """
 from __future__ import annotations
 
