@@ -5,7 +5,8 @@
     python benchmarks/curriculum.py --shape tiny --out /tmp/curriculum.json    # plumbing only, minutes on a CPU
 
 Task ``arith_levels`` (datasets/arith_levels.py: easy, medium and hard problems mixed in the training rows, 100
-held-out problems per level). Every sampler x seed trains with the same algorithm, batch and steps, so each step costs
+held-out problems per level), or with ``--task countdown`` the graded countdown puzzles (datasets/countdown.py: levels
+l1 .. l5, docs/tasks.md). Every sampler x seed trains with the same algorithm, batch and steps, so each step costs
 the same rollouts (train_batch_size x rollout.n responses; no dynamic sampling); only the prompts drawn differ. The
 runs go through benchmarks/learning_curve.py's machinery (``--driver local``: the trainer in-process with one worker;
 ``--parallel``: the seeds at once, and the samplers at once beside them; ``--time-limit-s``) and read the trainer's
@@ -41,6 +42,7 @@ import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 ROOT = lc.ROOT
 TASK = "arith_levels"
 LEVELS = ("easy", "medium", "hard")
+"""The task trained on and its levels (``--task`` sets both: the levels are its recipe's ``LEVELS``)."""
 TINY = ["data.train_batch_size=3", "rollout.n=2", "rollout.max_new_tokens=16", "actor.ppo_mini_batch_size=3",
         "data.val_batch_size=6"]
 """``--shape tiny``'s training overrides (before the user's, which win): a CPU dry run of the plumbing."""
@@ -136,6 +138,8 @@ def plot(runs: Dict[str, List[Dict[str, Any]]], path: Path) -> None:
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default=TASK, choices=["arith_levels", "countdown"],
+                        help="a generated task with levels (docs/tasks.md)")
     parser.add_argument("--algorithm", default="grpo", help="the algorithm preset both samplers train with")
     parser.add_argument("--samplers", nargs="+", default=["uniform", "pass_rate"], choices=["uniform", "pass_rate"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
@@ -169,6 +173,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return lc.train_in_process(argv[1:])
     args = parse_args(argv)
     from reasonrl.datasets import prepare
+    from reasonrl.datasets.common import recipe
+
+    global TASK, LEVELS
+    TASK, LEVELS = args.task, tuple(level.name for level in recipe(args.task).LEVELS)
 
     data = Path(args.runs_dir) / "data"
     train_file, val_file = prepare(TASK, "train", out_dir=data), prepare(TASK, "test", out_dir=data)

@@ -61,6 +61,10 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     # arith with difficulty levels (easy / medium / hard, each its data_source) for the curriculum experiments.
     Task("arith_levels", "arith_levels", "train", "test", "math", ("arith_easy", "arith_medium", "arith_hard"),
          "the answer in \\boxed{}", 64),
+    # Countdown puzzles at five levels (l1 .. l5, each its data_source): reach a target from given numbers with + - * /,
+    # each number at most once; scored exactly by the countdown verifier (docs/tasks.md).
+    Task("countdown", "countdown", "train", "test", "countdown", tuple(f"countdown_l{i}" for i in range(1, 6)),
+         "an expression over the given numbers in \\boxed{}", 256),
     # Code: the response's ```python block runs against the row's tests in a sandbox.
     Task("mbpp", "mbpp", "train", "test", "code", ("mbpp",), "a ```python code block", 512, 30.0),
     Task("humaneval", "humaneval", "test", "test", "code", ("humaneval", "openai_humaneval"),
