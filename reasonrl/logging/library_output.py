@@ -53,7 +53,7 @@ class LibraryOutput:
         self.explained: Set[str] = set()
         self.in_traceback: Dict[str, bool] = {}  # per source (a worker's pid): inside a traceback's lines
         self.handler = _FileHandler(self)
-        self.taken: List[Tuple[logging.Logger, logging.Handler]] = []
+        self.taken: List[Tuple[logging.Logger, logging.Handler, int]] = []
         self.propagate: Dict[str, bool] = {}
         self.ray_handler: Optional[Tuple[str, Callable]] = None
 
@@ -95,10 +95,10 @@ class LibraryOutput:
         configures its logger anew, e.g. ``ray.init``)."""
         for name in LIBRARY_LOGGERS:
             logger = logging.getLogger(name)
-            for handler in list(logger.handlers):
+            for index, handler in enumerate(list(logger.handlers)):
                 if handler is not self.handler and _writes_to_console(handler):
                     logger.removeHandler(handler)
-                    self.taken.append((logger, handler))
+                    self.taken.append((logger, handler, index))  # its place, to put it back where it was
             if self.handler not in logger.handlers:
                 logger.addHandler(self.handler)
             self.propagate.setdefault(name, logger.propagate)
@@ -129,8 +129,9 @@ class LibraryOutput:
             self.write(line, source, prefix=f"({who} pid={source}) ")
 
     def close(self) -> None:
-        for logger, handler in self.taken:
-            logger.addHandler(handler)
+        for logger, handler, index in sorted(self.taken, key=lambda t: t[2]):  # back in their own order and places
+            if handler not in logger.handlers:
+                logger.handlers.insert(min(index, len(logger.handlers)), handler)
         for name, propagate in self.propagate.items():
             logging.getLogger(name).removeHandler(self.handler)
             logging.getLogger(name).propagate = propagate

@@ -66,7 +66,9 @@ def test_verbose_leaves_the_libraries_alone_and_uninstall_puts_everything_back(t
 
     vllm = logging.getLogger("vllm")
     own = logging.StreamHandler(sys.stdout)  # as vLLM configures its logger: a handler printing to stdout
-    vllm.addHandler(own)
+    kept = logging.NullHandler()  # not a console handler: it stays on, and the console one goes back before it
+    vllm.handlers.insert(0, own)
+    vllm.addHandler(kept)
     try:
         before = (list(vllm.handlers), vllm.propagate)
         assert install(str(tmp_path), verbose=True) is None and not (tmp_path / LIBRARY_LOG).exists()
@@ -76,6 +78,7 @@ def test_verbose_leaves_the_libraries_alone_and_uninstall_puts_everything_back(t
         assert (list(vllm.handlers), vllm.propagate) == before
     finally:
         vllm.removeHandler(own)
+        vllm.removeHandler(kept)
 
 
 @pytest.mark.slow
