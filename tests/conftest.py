@@ -56,6 +56,24 @@ def tiny_policy(tmp_path_factory, model_path) -> str:
     return make_tiny_policy(tmp_path_factory.mktemp("tiny_policy"), model_path)
 
 
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, model_path) -> Path:
+    """One real trained run per test session, for the end-to-end tests that read a run (the viewer, eval of a
+    checkpoint): 2 GRPO steps of the real SmolLM2 on ``task=arith`` through the command's ``main`` on the in-process
+    backend with the hf engine (the cheapest real run), samples logged every step, the final checkpoint (step 2,
+    with its Hugging Face export under ``hf/``) saved. Tests read it and never write into it."""
+    from reasonrl.train import main as train_main
+    from reasonrl.trainer.backends import InProcessBackend
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    args = ["task=arith", f"model.path={model_path}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=24", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
+            "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1",
+            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]"]
+    assert train_main(args, backend=InProcessBackend()) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def listener():
     """A TCP server on the host; no sandboxed program may ever connect to it."""

@@ -99,16 +99,11 @@ def test_eval_command_interrupt_resume_and_reuse(tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_greedy_eval_of_a_checkpoint_directory(tmp_path):
-    """eval.n=1 at temperature 0 (the defaults) on a training-checkpoint-shaped directory (<dir>/hf holds the
-    export), with the default eval.k."""
-    from reasonrl.models import resolve_model_path
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = Path(resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct"))
-    ckpt = tmp_path / "checkpoints" / "step_000001"
-    ckpt.mkdir(parents=True)
-    os.symlink(model, ckpt / "hf")
+def test_greedy_eval_of_a_checkpoint_directory(tmp_path, trained_run):
+    """eval.n=1 at temperature 0 (the defaults) on a training checkpoint's directory (the session's trained run: its
+    final checkpoint, whose <dir>/hf holds the export), with the default eval.k."""
+    ckpt = trained_run / "checkpoints" / "step_000002"
+    assert (ckpt / "hf" / "config.json").exists(), sorted(p.name for p in (trained_run / "checkpoints").iterdir())
     out = tmp_path / "greedy"
     cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", f"model.path={ckpt}", "eval.limit=1",
            "eval.max_new_tokens=16", "rollout.engine=hf", "reward.workers=1", f"eval.output_dir={out}"]

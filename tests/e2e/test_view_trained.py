@@ -1,6 +1,5 @@
-"""The run viewer on a real trained run: 2 GRPO steps of the real SmolLM2 on ``task=arith`` in this process (the
-command's ``main`` with ``trainer.backends.InProcessBackend``, the hf engine: the cheapest real run), then its run
-directory served: the curves, health and samples endpoints answer that run's own steps and samples, read back
+"""The run viewer on a real trained run (the session's ``trained_run``, tests/conftest.py: 2 GRPO steps of the real
+SmolLM2 on ``task=arith`` in this process, the hf engine: the cheapest real run), its run directory served: the curves, health and samples endpoints answer that run's own steps and samples, read back
 against the files the trainer wrote."""
 from __future__ import annotations
 
@@ -12,22 +11,9 @@ from typing import Iterator
 import pytest
 from view_serving import get_json as get, serving
 
-from reasonrl.train import main as train_main
-from reasonrl.trainer.backends import InProcessBackend
 from reasonrl.view.runs import open_runs
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory, model_path) -> Path:
-    out = tmp_path_factory.mktemp("trained") / "run"
-    args = ["task=arith", f"model.path={model_path}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
-            "rollout.max_new_tokens=24", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
-            "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1",
-            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]"]
-    assert train_main(args, backend=InProcessBackend()) == 0
-    return out
 
 
 @pytest.fixture(scope="module")
