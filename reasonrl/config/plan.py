@@ -57,7 +57,8 @@ class RunPlan:
     offload: bool
     """Any of actor/ref/critic offload is on."""
     rollout_logprobs: bool
-    """Training rollouts carry the engine's log-probs (``rollout.logprobs``; auto: TIS or the weight-sync check)."""
+    """Training rollouts carry the engine's log-probs (``rollout.logprobs``; auto: an off-policy correction or the
+    weight-sync check)."""
     stream_chunk_prompts: int
     """Prompts per streamed sub-batch (rewards while generating; 0: one generate call)."""
     training_sampling: Dict[str, Any]
