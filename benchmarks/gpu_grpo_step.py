@@ -48,10 +48,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
+from reasonrl.bench.records import (RESULTS, exit_with_status, recorded, seconds_since_process_start,  # noqa: E402
+                                    write)
 from reasonrl.bench.shapes import SHAPE_ALIASES, SHAPES, parameter_count, trainer_model_dir  # noqa: E402
 from reasonrl.bench.summary import mean_of, summarize_step  # noqa: E402
 from reasonrl.bench.workload import use_bench_reward, write_prompt_dataset  # noqa: E402
+
+
+def optional_override(key: str, value: str) -> List[str]:
+    """``[key=value]``, or nothing for ``auto`` (the config's own default decides)."""
+    return [] if value == "auto" else [f"{key}={value}"]
 
 
 def config_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool) -> List[str]:
@@ -64,12 +70,13 @@ def config_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_g
         "reward.verifier=bench_random", f"reward.workers={args.reward_workers}",
         f"rollout.engine={args.engine}", f"rollout.tensor_parallel_size={args.tp}", f"rollout.n={args.n}",
         f"rollout.max_new_tokens={args.response_len}", "rollout.temperature=1.0", "rollout.top_p=1.0",
-        "rollout.top_k=-1", f"rollout.logprobs={args.rollout_logprobs}",
+        "rollout.top_k=-1", *optional_override("rollout.logprobs", args.rollout_logprobs),
         f"rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
         f"rollout.enforce_eager={args.enforce_eager}", "rollout.free_cache_engine=true",
         f"rollout.kv_cache_gb={args.kv_cache_gb}",
         f"actor.micro_batch_size_per_worker={args.micro_batch}", f"actor.ppo_mini_batch_size={args.mini_batch}",
-        f"actor.use_packing={args.packing}", f"actor.max_tokens_per_micro_batch={args.max_tokens_per_micro_batch}",
+        *optional_override("actor.use_packing", args.packing),
+        f"actor.max_tokens_per_micro_batch={args.max_tokens_per_micro_batch}",
         "actor.lr=1e-6", "algorithm=grpo", "algorithm.use_kl_loss=true", "trainer.profile=none",
         "trainer.resume=never", f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1",
         f"trainer.num_workers={args.workers}", f"trainer.output_dir={run_dir}", "trainer.save_every=0",
@@ -129,7 +136,8 @@ def parse_args(argv=None):
                    help="RayBackend (one process per GPU) or InProcessBackend (this process, world size 1)")
     p.add_argument("--threads", type=int, default=0, help="in-process backend: torch CPU threads (0: as is)")
     p.add_argument("--reward-workers", type=int, default=1, help="reward.workers (the verifier pool's processes)")
-    p.add_argument("--packing", type=lambda s: s.lower() == "true", default=False, help="actor.use_packing")
+    p.add_argument("--packing", choices=["auto", "true", "false"], default="auto",
+                   help="actor.use_packing (auto: the config's default, on with the GPU's varlen attention)")
     p.add_argument("--max-tokens-per-micro-batch", type=int, default=0, help="actor.max_tokens_per_micro_batch")
     p.add_argument("--old-log-prob-pass", choices=["auto", "always"], default="auto",
                    help="auto: when the plan runs it (reasonrl.config.passes); always: forced on the plan")
@@ -138,8 +146,9 @@ def parse_args(argv=None):
     p.add_argument("--micro-batch", type=int, default=8, help="actor.micro_batch_size_per_worker (rows)")
     p.add_argument("--mini-batch", type=int, default=0, help="actor.ppo_mini_batch_size (prompts; 0: whole batch)")
     p.add_argument("--gradient-checkpointing", type=lambda s: s.lower() == "true", default=False)
-    p.add_argument("--rollout-logprobs", type=lambda s: s.lower() == "true", default=True,
-                   help="rollout.logprobs: ask the engine for the sampled tokens' log-probs")
+    p.add_argument("--rollout-logprobs", choices=["auto", "true", "false"], default="auto",
+                   help="rollout.logprobs: ask the engine for the sampled tokens' log-probs (auto: the config's "
+                        "default, off without an off-policy correction)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="more config overrides, e.g. --set actor.compile=true --set actor.offload_optimizer=true")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
@@ -256,6 +265,8 @@ def run_steps(args, result: Dict[str, Any], on_gpu: bool, wall_start: float, tmp
         trainer.step += 1  # as Trainer.fit does after each step
         summary = summarize_step(metrics, backend.probed, result["params"], args.workers, args.prompt_len)
         (warmups if i < args.warmup else steps).append(summary)
+        if i == 0:  # launch to the end of the first step: the process's start, imports and engine start included
+            result["launch_to_first_step_s"] = seconds_since_process_start()
         print(f"step {i} ({'warm-up' if i < args.warmup else 'timed'}): "
               + ", ".join(f"{k} {v:.2f}s" for k, v in summary["seconds"].items())
               + f"; rollout {summary['rollout_tokens_per_s']:.0f} tok/s, update MFU {summary['update_mfu']:.3g}"

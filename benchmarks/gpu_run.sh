@@ -8,6 +8,8 @@
 #   benchmarks/gpu_run.sh anchors [ARGS]  setup, then benchmarks/gpu_anchors.py ARGS  -> $OUT/gpu_anchors.json
 #   benchmarks/gpu_run.sh base            Ray and the wheels only (no vLLM): enough for the hf engine and the trainer
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
+#   benchmarks/gpu_run.sh smollm2         base, then assemble and convert SmolLM2 (after lcpart 0 and 1) once, so
+#                                         several nanprobe/learn processes started after it install nothing at once
 #   benchmarks/gpu_run.sh learn SECONDS [OPTS] [KEY=VALUE...]
 #                                         base, assemble SmolLM2, then learning_curve.py for grpo, ppo and rloo at
 #                                         once (2 seeds each, in parallel on the one GPU) -> $OUT/learning_curve_*;
@@ -177,6 +179,9 @@ case $cmd in
   base)
     setup_base
     python3 -c "import ray, omegaconf, math_verify, gguf, torch; print('ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" ;;
+  smollm2)
+    setup_base
+    setup_smollm2 ;;
   lcpart)
     mkdir -p /tmp/lcp && cp ".lc/p$1/"* /tmp/lcp/ && ls -la /tmp/lcp ;;
   learn)

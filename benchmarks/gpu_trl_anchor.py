@@ -234,6 +234,8 @@ def run_mode(mode: str, args) -> int:
             report_to="none", seed=1, use_cpu=not on_gpu, dataloader_num_workers=0, temperature=1.0, top_p=1.0,
             generation_kwargs=gen_kwargs, use_vllm=(mode == "colocate"),
         )
+        if mode == "colocate":  # TRL's default (True) adds an old-log-prob pass; False: the same passes as ours
+            config_kwargs["vllm_importance_sampling_correction"] = args.is_correction
         if mode == "colocate":
             config_kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=args.gpu_memory_utilization,
                                  vllm_enable_sleep_mode=bool(on_gpu and args.sleep_mode),
@@ -396,6 +398,9 @@ def main() -> None:
                    help="response lengths: all --response-len, or long-tailed up to it (reasonrl/bench/lengths.py)")
     p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
     p.add_argument("--micro-batch", type=int, default=8, help="per_device_train_batch_size (rows; ours: 8)")
+    p.add_argument("--is-correction", type=lambda s: s.lower() == "true", default=True,
+                   help="vllm_importance_sampling_correction (TRL's default true: an extra old-log-prob pass; false: "
+                        "generate, reference and update only, the passes of gpu_grpo_step.py)")
     p.add_argument("--beta", type=float, default=0.001, help="KL coefficient (> 0: TRL runs a reference model)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=2, help="timed steps in colocate mode")

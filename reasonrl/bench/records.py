@@ -12,11 +12,23 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 """The checkout's ``benchmarks/`` folder (its scripts, ``plugins/`` and ``results/``)."""
 RESULTS = BENCH_DIR / "results"
+
+
+def seconds_since_process_start() -> Optional[float]:
+    """Wall seconds since this process was started (Linux: its start time in ``/proc/self/stat`` against the system's
+    uptime), so a launch-to-first-step figure counts the interpreter's start and the imports; None elsewhere."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, after the command name in parentheses
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def write(out: Path, result: Dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ FIELD_RANGES: Dict[str, str] = {
     "rollout.n": "[1, inf)", "rollout.max_new_tokens": "[1, inf)", "rollout.temperature": "[0, inf)",
     "rollout.top_p": "(0, 1]", "rollout.top_k": "[-1, inf)", "rollout.val_temperature": "[0, inf)",
     "rollout.gpu_memory_utilization": "(0, 1]", "rollout.kv_cache_gb": "(0, inf)",
+    "rollout.max_num_seqs": "[0, inf)", "rollout.max_num_batched_tokens": "[0, inf)",
     "rollout.weight_sync_bucket_mb": "[1, inf)", "rollout.seed": "[0, inf)",
     "actor.lr": "[0, inf)", "actor.weight_decay": "[0, inf)", "actor.betas": "[0, 1)", "actor.warmup_steps": "[0, inf)",
     "actor.grad_clip": "[0, inf)", "actor.ppo_epochs": "[1, inf)", "actor.ppo_mini_batch_size": "[0, inf)",

@@ -103,6 +103,13 @@ class RolloutConfig:
     on GPU (CUDA graphs decoded 2.8x faster on an H200); the start-up table shows the value used."""
     kv_cache_gb: float = 2.0
     """vLLM on CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    max_num_seqs: int = 0
+    """vLLM scheduler: most sequences in one engine step (0: vLLM's default for the device, 1,024 on an H200). A
+    like-for-like comparison sets it to the peer's value (TRL's colocated engine: its micro-batch rows x steps per
+    generation)."""
+    max_num_batched_tokens: int = 0
+    """vLLM scheduler: most tokens (prefill chunks and decode) in one engine step (0: vLLM's default for the device,
+    16,384 on an H200; TRL's colocated engine uses 4,096)."""
     free_cache_engine: bool = True
     """vLLM on GPU: sleep (free weights and KV cache) while the actor trains."""
     sleep_level: int = 0

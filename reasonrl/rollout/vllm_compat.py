@@ -67,13 +67,14 @@ def supports_logprobs_mode() -> bool:
 
 def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager: bool, max_model_len: int,
                   on_cpu: bool, kv_cache_bytes: int, gpu_memory_utilization: float,
-                  enable_sleep_mode: bool) -> Dict[str, Any]:
+                  enable_sleep_mode: bool, max_num_seqs: int = 0, max_num_batched_tokens: int = 0) -> Dict[str, Any]:
     """Keywords for ``vllm.LLM``. On CPU the KV cache is sized in bytes (a set VLLM_CPU_KVCACHE_SPACE, whole GiB,
     overrides it: vLLM still honours the legacy variable); on GPU by a fraction of the device, with sleep mode.
     Sampled-token log-probs are the processed ones (``PROCESSED_LOGPROBS``: at the sampling temperature, as the
     trainer's are); a release without the mode would report raw ones, so it is refused rather than silently
     mismatched. On GPU the mode also turns off FlashInfer's top-k/top-p sampler (it
-    cannot return log-probs); vLLM's native PyTorch sampler is used instead."""
+    cannot return log-probs); vLLM's native PyTorch sampler is used instead. The scheduler limits
+    (``max_num_seqs``, ``max_num_batched_tokens``) are passed only when set (> 0): 0 keeps vLLM's own default."""
     if not supports_logprobs_mode():
         raise RuntimeError("this vLLM has no logprobs_mode engine argument: rollout log-probs would be at "
                            f"temperature 1, not the sampling temperature (supported: vLLM {SUPPORTED_VLLM[0]} to "
@@ -86,6 +87,9 @@ def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager:
     else:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs["enable_sleep_mode"] = enable_sleep_mode
+    for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+        if value > 0:
+            kwargs[name] = int(value)
     return kwargs
 
 

@@ -108,7 +108,8 @@ class VLLMRolloutEngine:
         self.last_sync: dict = {}
         kwargs = vllm_compat.engine_kwargs(
             model_path, dtype, cfg.seed, enforce_eager_for(cfg.enforce_eager, device), max_model_len, self.on_cpu,
-            int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep)
+            int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep,
+            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens)
         kwargs.update(tensor_parallel_kwargs(cfg.tensor_parallel_size))
         kwargs.update(vllm_compat.lora_kwargs(lora_rank))
         self._lora = None  # the LoRARequest of the adapter every call uses (load_adapter), None: the base model

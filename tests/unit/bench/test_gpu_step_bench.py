@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,10 +90,15 @@ def test_cpu_dry_run_writes_the_json(tmp_path):
            "in-process", "--prompts", "2", "--n", "2", "--prompt-len", "16", "--response-len", "16", "--steps", "1",
            "--warmup", "1", "--micro-batch", "2", "--threads", "1", "--model-dir", str(tmp_path / "model"),
            "--out", str(out)]
+    started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["status"] == "ok"
+    # launch to the first step's end counts the process's start and imports: more than the trainer's own set-up,
+    # less than the whole process (which ran a second step after it)
+    assert result["setup_s"]["trainer_init"] < result["launch_to_first_step_s"] < wall
     step = result["steps"][0]
     assert (step["response_length_min"], step["response_length_max"]) == (16, 16)  # ignore_eos on the plan
     assert step["response_tokens"] == 2 * 2 * 16

@@ -25,7 +25,8 @@ def llm(model_path):
     set_num_threads = torch.set_num_threads
     engine = LLM(**vllm_compat.engine_kwargs(model_path, torch.float32, 0, True, MAX_LEN, on_cpu=True,
                                              kv_cache_bytes=1 << 30, gpu_memory_utilization=0.5,
-                                             enable_sleep_mode=False))
+                                             enable_sleep_mode=False, max_num_seqs=24,
+                                             max_num_batched_tokens=2 * MAX_LEN))
     torch.set_num_threads = set_num_threads  # vLLM's CPU worker replaces it with a no-op
     yield engine
     vllm_compat.shutdown(engine)
@@ -55,6 +56,20 @@ def test_engine_kwargs_per_device():
     assert "enable_sleep_mode" not in cpu  # vLLM on CPU has no sleep mode
     assert gpu["gpu_memory_utilization"] == 0.7 and gpu["enable_sleep_mode"] is True
     assert "kv_cache_memory_bytes" not in gpu and gpu["enforce_eager"] is False
+    # the scheduler limits travel only when set: 0 leaves vLLM's own per-device default
+    assert "max_num_seqs" not in gpu and "max_num_batched_tokens" not in gpu
+    matched = vllm_compat.engine_kwargs("m", torch.bfloat16, 1, False, 64, False, 1 << 30, 0.7, True,
+                                        max_num_seqs=512, max_num_batched_tokens=4096)
+    assert matched["max_num_seqs"] == 512 and matched["max_num_batched_tokens"] == 4096
+
+
+@pytest.mark.slow
+def test_the_engine_takes_the_scheduler_limits(llm):
+    """The fixture's engine was given max_num_seqs 24 and max_num_batched_tokens 512 (vLLM's CPU defaults differ)."""
+    from reasonrl.bench.engine_facts import vllm_engine_facts
+
+    facts = vllm_engine_facts(llm)
+    assert (facts["max_num_seqs"], facts["max_num_batched_tokens"]) == (24, 2 * MAX_LEN)
 
 
 @pytest.mark.slow
