@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from reasonrl.bench.peer_ratio import machine_of, ours_step_seconds, step_ratio, trl_step_seconds  # noqa: E402
-from reasonrl.bench.records import RESULTS, write  # noqa: E402
+from reasonrl.bench.peer_ratio import machine_of, ours_step_seconds, step_ratio, trl_step_seconds
+from reasonrl.bench.records import RESULTS, write
 
 TARGETS = {"vs_trl_matched_fixed": 0.45, "vs_trl_matched_longtail": 0.25}
 
