@@ -67,10 +67,12 @@ def segment_budget(generated: int, max_new_tokens: int, segment_tokens: int) -> 
 
 
 def absorb(seq: Sequence, piece: Completion, version: int, asked: int, max_new_tokens: int,
-           stop_end: Optional[Callable[[List[int]], Optional[int]]] = None) -> None:
+           stop_end: Optional[Callable[[List[int]], Optional[int]]] = None, max_len: Optional[int] = None) -> None:
     """Append one segment's output ``piece`` (generated under ``version``, ``asked`` tokens at most) to ``seq`` and
     decide whether it is finished. ``stop_end``: the length of the shortest prefix of a response whose text holds a
     stop string (None: none), applied to the whole response, so a stop string split across two segments is found.
+    ``max_len``: the engine's context (prompt + response; None: unbounded); a sequence that fills it ends
+    (``length``), as vLLM ends it in one call.
     """
     if seq.done:
         raise ValueError("absorb into a finished sequence")
@@ -86,7 +88,8 @@ def absorb(seq: Sequence, piece: Completion, version: int, asked: int, max_new_t
         seq.finish_reason = "stop"
     elif piece.finish_reason != "length":
         seq.finish_reason = piece.finish_reason  # EOS or a stop token (kept), or the engine's own reason
-    elif len(seq.token_ids) >= max_new_tokens or n < asked:
+    elif (len(seq.token_ids) >= max_new_tokens or n < asked
+          or (max_len is not None and len(seq.prompt) + len(seq.token_ids) >= max_len)):
         seq.finish_reason = "length"  # the budget is spent, or the engine's context is full
     # else: a full segment that ended on its own limit: the sequence continues
 
@@ -151,7 +154,7 @@ class SegmentedGenerator:
                 raise RuntimeError(f"the engine gave {len(pieces)} completions for {len(live)} sequences")
             self.segments += 1
             for s, piece in zip(live, pieces):
-                absorb(s, piece, self.version, asked, budget, stop_end)
+                absorb(s, piece, self.version, asked, budget, stop_end, getattr(self.engine, "max_model_len", None))
         texts = self.tokenizer.batch_decode([s.token_ids for s in seqs], skip_special_tokens=True)
         done = [VersionedCompletion(s.token_ids, t, s.logprobs if sampling.logprobs else [], s.finish_reason,
                                     s.versions) for s, t in zip(seqs, texts)]

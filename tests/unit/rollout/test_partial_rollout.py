@@ -101,3 +101,15 @@ def test_a_version_bump_is_recorded_on_the_tokens_after_it(vllm_engine, tokenize
         assert c.logprobs[:10] == pytest.approx(old[:10], abs=2e-3)
         assert c.logprobs[10:] == pytest.approx(new[10:], abs=2e-3)
         assert max(abs(a - b) for a, b in zip(old[10:], new[10:])) > 0.05  # and the two versions differ there
+
+
+def test_a_full_context_ends_as_in_one_call(vllm_engine, tokenizer, prompts):
+    """A prompt 14 tokens short of the engine's context (512): one call ends after 14 tokens (``length``); the
+    segments of 7 end after two full ones, instead of asking the engine to continue a full context."""
+    long = (prompts[1] * 40)[:vllm_engine.max_model_len - 14]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=26, ignore_eos=True)
+    whole = vllm_engine.generate([long], sampling)[0][0]
+    gen = _fixed(vllm_engine, tokenizer, 7)
+    part = gen.generate([long], sampling)[0][0]
+    assert (whole.finish_reason, len(whole.token_ids)) == ("length", 14)
+    assert part.token_ids == whole.token_ids and part.finish_reason == "length" and gen.segments == 2

@@ -42,6 +42,12 @@ def test_stop_ends_and_a_short_segment_ends():
     full = Sequence([7])
     absorb(full, _piece([1, 2]), 0, 4, 10)  # "length" with 2 of 4 asked: the engine's context is full
     assert full.finish_reason == "length" and full.token_ids == [1, 2]
+    at_context = Sequence([7, 8])  # a context of 6 (prompt + response): full after a full segment of 4
+    absorb(at_context, _piece([1, 2, 3, 4]), 0, 4, 10, max_len=6)
+    assert at_context.finish_reason == "length"
+    below = Sequence([7])
+    absorb(below, _piece([1, 2, 3, 4]), 0, 4, 10, max_len=6)  # 5 of 6: it continues
+    assert not below.done
     with pytest.raises(ValueError, match="5 tokens for a segment of 4"):
         absorb(Sequence([7]), _piece([1, 2, 3, 4, 5]), 0, 4, 10)
 
