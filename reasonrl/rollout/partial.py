@@ -13,7 +13,7 @@ A sequence ends exactly where a one-shot ``generate`` ends it: on EOS or a stop 
 string (cut after the token completing the first one in the whole response's text, ``stop``), at
 ``max_new_tokens`` (``length``), or when the engine gives fewer tokens than a segment asked for without a stop
 (its context is full: ``length``). With no version change, greedy segmented generation equals one-shot generation
-token for token (tests/unit/rollout/test_partial_rollout.py).
+token for token (tests/unit/rollout/test_partial_rollout.py on vLLM, test_partial_hf.py on hf).
 
 The bookkeeping (``Sequence``, ``segment_budget``, ``absorb``) is pure, so it is tested with hand-derived numbers.
 The loop wiring (the fleet's replicas and ``rollout.partial``) is not done yet: see docs/async.md.
