@@ -91,7 +91,18 @@ class Sample:
     env: Optional[EnvOutcome] = None
     """The environment's outcome (None: a plain rollout)."""
     weights_version: Optional[int] = None
-    """The step whose weights generated it (async rollout workers stamp it; None when colocated)."""
+    """The step whose weights generated it (async rollout workers stamp it; None when colocated). A partial rollout
+    (``reasonrl.rollout.partial``), whose tokens may come from several versions, sets it to ``oldest_version``: the
+    version lag the metrics compute from it (``trainer/metrics.py``) is then that of its stalest token."""
+    token_versions: Optional[List[int]] = None
+    """The weight version that generated each token of ``response_ids`` (same length, never decreasing), recorded
+    by a partial rollout; None when the rollout recorded no per-token versions (then ``weights_version``, if set,
+    holds for every token)."""
+    oldest_version: Optional[int] = None
+    """The version of the first response token (``token_versions[0]``); None without per-token versions."""
+    newest_version: Optional[int] = None
+    """The version of the last response token (``token_versions[-1]``); equal to ``oldest_version`` when the
+    weights did not change while it was generated; None without per-token versions."""
     prompt: Any = None
     """The dataset prompt (``reasonrl.data.prompts.Prompt``: its row and token ids), bound on the driver
     (``bind_prompts``); None as the engine host returns it."""

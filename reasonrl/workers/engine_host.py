@@ -35,7 +35,8 @@ round), one per prompt, which the prompt's Samples carry. A batch without it num
 def completions_to_samples(groups: Sequence[int], results, with_tools: bool = False) -> List[Sample]:
     """One ``Sample`` per completion, grouped by prompt, each carrying its prompt's group id from ``groups``;
     ``with_tools``: the multi-turn loop's trajectories, with their tool mask and the tools' and the environment's
-    outcomes. The engine's lists are kept as they are (no per-token copies)."""
+    outcomes. The engine's lists are kept as they are (no per-token copies). A partial rollout's completions also give
+    each Sample its per-token versions, its oldest and newest version, and ``weights_version`` = the oldest."""
     out: List[Sample] = []
     for group, completions in zip(groups, results):
         for c in completions:
@@ -44,6 +45,11 @@ def completions_to_samples(groups: Sequence[int], results, with_tools: bool = Fa
                               tool_mask=c.tool_mask if with_tools else None,
                               tools=ToolOutcome.of(c) if with_tools else None,
                               env=EnvOutcome.of(c) if with_tools else None))
+            versions = getattr(c, "versions", None)  # a partial rollout's (``rollout.partial.VersionedCompletion``)
+            if versions:
+                s = out[-1]
+                s.token_versions, s.oldest_version, s.newest_version = versions, versions[0], versions[-1]
+                s.weights_version = versions[0]
     return out
 
 
