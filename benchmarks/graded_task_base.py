@@ -99,6 +99,15 @@ def plot(out: Dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def level_definitions() -> Dict[str, Dict[str, Any]]:
+    """The levels measured (datasets/countdown.py's ``LEVELS``), by name."""
+    import dataclasses
+
+    from reasonrl.datasets.countdown import LEVELS
+
+    return {level.name: {k: v for k, v in dataclasses.asdict(level).items() if k != "name"} for level in LEVELS}
+
+
 def result(summary: Dict[str, Any], output_dir: Path, command: List[str], wall_s: float) -> Dict[str, Any]:
     """The JSON written: machine, command, settings and the per-level blocks."""
     metrics = summary["metrics"]
@@ -114,6 +123,7 @@ def result(summary: Dict[str, Any], output_dir: Path, command: List[str], wall_s
         "settings": {key: summary.get(key) for key in
                      ("n", "k", "temperature", "max_new_tokens", "limit", "engine", "split", "generated_problems")},
         "wall_s": round(wall_s, 1),
+        "level_definitions": level_definitions(),
         "overall": metrics["overall"],
         "levels": levels,
     }
