@@ -6,16 +6,21 @@ starts from.
     python benchmarks/graded_task_base.py --from-dir outputs/eval/countdown_base   # summarise an evaluation run
 
 Runs ``python -m reasonrl.eval task=countdown`` (docs/evaluation.md) on the real SmolLM2-135M-Instruct at the
-training recipe's temperature (0.7, docs/curriculum.md) and writes ``benchmarks/results/graded_task_base.json``:
-the machine, the exact command, and per level (``by_level`` of the evaluation's summary) the problems, samples,
-mean accuracy, pass@1 and pass@k, with the verifier's reasons counted over the level's samples (``no_box``,
+training recipe's temperature (0.7, docs/curriculum.md) and writes ``benchmarks/results/countdown_base.json``
+(and a PNG beside it): the machine, the exact command, the wall time, and per level (``by_level`` of the evaluation's
+summary) the problems, samples, mean accuracy, pass@1 and pass@k, pass@1's standard errors (binomial over the
+samples, and over the problems' own means, which counts the samples of one puzzle as correlated), the format-valid
+rate (the share of samples whose answer parsed as an expression of integers and ``+ - * /``: every reason but
+``no_box``, ``malformed``, ``not_allowed``) and the verifier's reasons counted over the level's samples (``no_box``,
 ``wrong_value``, ``number_not_given``, ...: why the model missed). The ``test`` split is round-robin over the
-levels, so ``eval.limit = levels x per-level`` holds ``per-level`` puzzles of each.
+levels, so ``eval.limit = levels x per-level`` holds ``per-level`` puzzles of each. The model is found by the
+package's model resolution (``resolve_model_path``, as the tests' ``model_path``) unless ``--model`` names one.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -26,8 +31,10 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = Path.home() / ".cache" / "reasonrl" / "models" / "SmolLM2-135M-Instruct"
-OUT = ROOT / "benchmarks" / "results" / "graded_task_base.json"
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+OUT = ROOT / "benchmarks" / "results" / "countdown_base.json"
+FORMAT_INVALID = ("no_box", "malformed", "not_allowed")
+"""The verifier's reasons for a response whose answer is not an expression of integers and ``+ - * /``."""
 
 
 def eval_command(args: argparse.Namespace, levels: int) -> List[str]:
@@ -39,30 +46,84 @@ def eval_command(args: argparse.Namespace, levels: int) -> List[str]:
             f"eval.output_dir={args.output_dir}", "trainer.device=cpu", "reward.workers=1"]
 
 
-def reasons_by_level(output_dir: Path) -> Dict[str, Dict[str, int]]:
-    """The verifier's reasons counted per level over every sample of ``samples.parquet``."""
+def sample_stats(output_dir: Path) -> Dict[str, Dict[str, Any]]:
+    """Per level over ``samples.parquet``: the verifier's reasons counted, the format-valid rate, and pass@1's
+    standard errors (binomial over the samples; over the problems' own mean accuracies)."""
     import pyarrow.parquet as pq
 
-    out: Dict[str, Counter] = {}
+    reasons: Dict[str, Counter] = {}
+    means: Dict[str, List[float]] = {}
     for row in pq.read_table(output_dir / "samples.parquet").to_pylist():
-        out.setdefault(str(row["level"]), Counter()).update(row["reasons"])
-    return {level: dict(counts.most_common()) for level, counts in sorted(out.items())}
+        level = str(row["level"])
+        reasons.setdefault(level, Counter()).update(row["reasons"])
+        means.setdefault(level, []).append(sum(map(bool, row["correct"])) / max(1, len(row["correct"])))
+    out: Dict[str, Dict[str, Any]] = {}
+    for level in sorted(reasons):
+        counts, per_problem = reasons[level], means[level]
+        samples = sum(counts.values())
+        p = sum(per_problem) / len(per_problem)
+        spread = (sum((x - p) ** 2 for x in per_problem) / (len(per_problem) - 1)) if len(per_problem) > 1 else 0.0
+        out[level] = {
+            "pass@1_se_binomial": math.sqrt(p * (1 - p) / samples) if samples else 0.0,
+            "pass@1_se_problems": math.sqrt(spread / len(per_problem)),
+            "format_valid": sum(c for r, c in counts.items() if r not in FORMAT_INVALID) / max(1, samples),
+            "reasons": dict(counts.most_common()),
+        }
+    return out
+
+
+def plot(out: Dict[str, Any], path: Path) -> None:
+    """pass@1 per level with its binomial standard error, and the format-valid rate, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(out["levels"])
+    blocks = [out["levels"][name] for name in names]
+    xs = range(len(names))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.bar([x - 0.2 for x in xs], [b["pass@1"] for b in blocks], width=0.4, label="pass@1",
+           yerr=[b["pass@1_se_binomial"] for b in blocks], capsize=3)
+    ax.bar([x + 0.2 for x in xs], [b["format_valid"] for b in blocks], width=0.4, label="format-valid", alpha=0.6)
+    ax.set_xticks(list(xs), names)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("level")
+    ax.set_ylabel("share of samples")
+    settings = out["settings"]
+    ax.set_title(f"base SmolLM2-135M-Instruct on countdown: {blocks[0]['problems']} puzzles/level "
+                 f"x {settings['n']}, T={settings['temperature']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def level_definitions() -> Dict[str, Dict[str, Any]]:
+    """The levels measured (datasets/countdown.py's ``LEVELS``), by name."""
+    import dataclasses
+
+    from reasonrl.datasets.countdown import LEVELS
+
+    return {level.name: {k: v for k, v in dataclasses.asdict(level).items() if k != "name"} for level in LEVELS}
 
 
 def result(summary: Dict[str, Any], output_dir: Path, command: List[str], wall_s: float) -> Dict[str, Any]:
     """The JSON written: machine, command, settings and the per-level blocks."""
     metrics = summary["metrics"]
-    reasons = reasons_by_level(output_dir)
-    levels = {level: {**block, "reasons": reasons.get(level, {})} for level, block in metrics["by_level"].items()}
+    stats = sample_stats(output_dir)
+    levels = {level: {**block, **stats.get(level, {})} for level, block in metrics["by_level"].items()}
     return {
         "what": "base SmolLM2-135M-Instruct on task=countdown (datasets/countdown.py), per level, before training",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                     "python": platform.python_version()},
         "command": "python " + " ".join(command[1:]).replace(str(ROOT) + "/", ""),
+        "script": "python benchmarks/graded_task_base.py " + " ".join(sys.argv[1:]),
         "settings": {key: summary.get(key) for key in
                      ("n", "k", "temperature", "max_new_tokens", "limit", "engine", "split", "generated_problems")},
         "wall_s": round(wall_s, 1),
+        "level_definitions": level_definitions(),
         "overall": metrics["overall"],
         "levels": levels,
     }
@@ -70,7 +131,7 @@ def result(summary: Dict[str, Any], output_dir: Path, command: List[str], wall_s
 
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(MODEL))
+    parser.add_argument("--model", default=MODEL, help="a path, or a name the package's model resolution finds")
     parser.add_argument("--per-level", type=int, default=64, help="held-out puzzles per level")
     parser.add_argument("--n", type=int, default=4, help="samples per puzzle (pass@1 and pass@n)")
     parser.add_argument("--temperature", type=float, default=0.7, help="the training recipe's (docs/curriculum.md)")
@@ -83,6 +144,9 @@ def main(argv: List[str] = None) -> int:
     args = parser.parse_args(argv)
 
     from reasonrl.datasets.countdown import LEVELS
+    from reasonrl.models import resolve_model_path
+
+    args.model = resolve_model_path(args.model)
 
     output_dir = Path(args.from_dir or args.output_dir)
     command = eval_command(args, len(LEVELS))
@@ -100,11 +164,13 @@ def main(argv: List[str] = None) -> int:
     out = result(summary, output_dir, command, wall)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    png = Path(args.out).with_suffix(".png")
+    plot(out, png)
     for level, block in out["levels"].items():
         passes = {k: round(v, 3) for k, v in block.items() if k.startswith("pass@")}
         print(f"{level}: problems {block['problems']} mean_acc {block['mean_accuracy']:.3f} {passes} "
-              f"reasons {block['reasons']}")
-    print(f"wrote {args.out}")
+              f"format_valid {block['format_valid']:.3f} reasons {block['reasons']}")
+    print(f"wrote {args.out} and {png}")
     return 0
 
 

@@ -4,9 +4,15 @@ Lookup order for a task's split (issue 2): explicit files -> prepared parquet in
 ``REASONRL_DATA_DIR`` -> the Hugging Face Hub when online -> an error naming the one command that prepares the data.
 A recipe module (``reasonrl.datasets.<name>``) exposes ``build_rows(split, data_dir) -> list[dict]``; with
 ``data_dir=None`` it may read the Hub, and raises FileNotFoundError when it cannot find its source.
+
+A generated recipe (``GENERATED = True``: made from code alone) is cached with a digest of its module's source beside
+it (``<split>.parquet.source``); a cached split whose digest differs, or has none, is built again, so a changed
+generator (countdown's levels, say) is never answered with the old rows.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -131,12 +137,29 @@ def recipe(name: str):
         raise DataError(str(exc)) from None
 
 
+def source_digest(name: str) -> Optional[str]:
+    """SHA-256 of a generated recipe's module source (what its rows depend on); None for other recipes."""
+    module = recipe(name)
+    if not getattr(module, "GENERATED", False):
+        return None
+    return hashlib.sha256(Path(inspect.getsourcefile(module)).read_bytes()).hexdigest()
+
+
+def _digest_file(path: Path) -> Path:
+    return path.with_name(path.name + ".source")
+
+
 def prepare(name: str, split: str, data_dir: Optional[Path] = None, out_dir: Optional[Path] = None) -> Path:
-    """Build ``name``'s split from ``data_dir`` (or the Hub when data_dir is None) into the cache; return the path."""
+    """Build ``name``'s split from ``data_dir`` (or the Hub when data_dir is None) into the cache; return the path.
+    A generated recipe's split gets its source digest beside it."""
     rows = recipe(name).build_rows(split, data_dir)
     if not rows:
         raise DataError(f"recipe {name!r} produced no rows for split {split!r}")
-    return write_parquet(rows, (out_dir or cache_dir() / name) / f"{split}.parquet")
+    path = write_parquet(rows, (out_dir or cache_dir() / name) / f"{split}.parquet")
+    digest = source_digest(name)
+    if digest is not None:
+        _digest_file(path).write_text(digest + "\n")
+    return path
 
 
 def find_split(name: str, split: str, explicit: Optional[Sequence[str]] = None) -> List[str]:
@@ -147,9 +170,11 @@ def find_split(name: str, split: str, explicit: Optional[Sequence[str]] = None) 
             raise DataError(f"data files not found: {', '.join(missing)}")
         return list(explicit)
     cached = cache_dir() / name / f"{split}.parquet"
-    if cached.exists():
+    digest = source_digest(name)
+    if cached.exists() and (digest is None or (_digest_file(cached).exists()
+                                               and _digest_file(cached).read_text().strip() == digest)):
         return [str(cached)]
-    if getattr(recipe(name), "GENERATED", False):  # made from code alone: nothing to look up
+    if digest is not None:  # generated: made from code alone, nothing to look up; built again if the code changed
         return [str(prepare(name, split))]
     errors = []
     data_dir = data_dir_from_env()

@@ -70,6 +70,9 @@ def test_every_puzzle_is_solvable_and_graded(test_rows, verifier):
         # the witness uses exactly `needed` of the numbers, and no smaller subset reaches the target
         assert len(re.findall(r"\d+", witness)) == level.needed
         assert Fraction(target) not in cd.reachable(numbers, level.needed - 1)
+        if level.name == "l2":  # the sum of exactly two of the three numbers, and none of the three itself
+            a, b, c = numbers
+            assert target in (a + b, a + c, b + c) and target not in numbers
 
 
 def test_levels_get_harder_as_designed():
@@ -82,6 +85,7 @@ def test_levels_get_harder_as_designed():
     top = levels[-1]
     assert top.high == max(lv.high for lv in levels) and top.max_target == max(lv.max_target for lv in levels)
     assert levels[0].needed == 2 and levels[0].operators == ("+",)  # l1 is one addition
+    assert (levels[1].numbers, levels[1].needed, levels[1].operators) == (3, 2, ("+",))  # l2: which pair to add
     assert levels[-1].needed >= 4 and "/" in levels[-1].operators
 
 
