@@ -49,6 +49,9 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if e.placement != "ray" and e.resources:
         out.append(("env.resources", f"{dict(e.resources)} needs env.placement=ray (local environments run in the "
                                      f"rollout worker's own process, where Ray resources do not apply)"))
+    if cfg.fleet.enabled and cfg.trainer.mode != "async":
+        out.append(("fleet.enabled", f"needs trainer.mode=async (not {cfg.trainer.mode}): the fleet's replicas are the "
+                                     "async rollout workers; the colocated engines are not a fleet yet"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
