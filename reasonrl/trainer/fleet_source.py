@@ -46,6 +46,8 @@ STATE_FILE = "fleet_state.json"
 """The fleet's counters in a checkpoint (restarts, re-issued prompts)."""
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
+Issued = Tuple[int, int]
+"""A prompt's position in its round and the attempt issued."""
 
 
 def replica_name(rank: int) -> str:
@@ -75,30 +77,29 @@ class FleetRound:
 
     def __init__(self, step: int, count: int, n: int, router: Router, ledger: Ledger) -> None:
         self.step, self.count, self.n, self.router, self.ledger = step, count, n, router, ledger
-        self.attempt: Dict[int, int] = {}  # prompt position -> its attempt in flight
         self.reissued: List[int] = []
 
     def prompt_id(self, k: int) -> int:
         return self.step * self.count + k
 
-    def assign(self, positions: Sequence[int]) -> Dict[str, List[int]]:
+    def assign(self, positions: Sequence[int]) -> Dict[str, List[Issued]]:
         """Route each prompt position (its ``n`` samples together) to a replica taking work and issue it in the
-        ledger; replica -> its positions."""
-        out: Dict[str, List[int]] = {}
+        ledger; replica -> its (position, attempt) pairs."""
+        out: Dict[str, List[Issued]] = {}
         for k in positions:
             attempt = self.ledger.state(self.prompt_id(k)).attempt + 1
             name = self.router.assign(RouteRequest(f"{self.step}:{k}:{attempt}", group=f"{self.step}:{k}", n=self.n))
-            self.attempt[k] = self.ledger.issue(self.prompt_id(k), name)
-            out.setdefault(name, []).append(k)
+            out.setdefault(name, []).append((k, self.ledger.issue(self.prompt_id(k), name)))
         return out
 
-    def answered(self, name: str, positions: Sequence[int], samples: Dict[int, int]) -> List[int]:
-        """``name``'s answer for ``positions`` (``samples``: position -> samples it returned): the ones whose attempt
-        was in flight, now done (their replica and sample count in the ledger's payload)."""
+    def answered(self, name: str, issued: Sequence[Issued], samples: Dict[int, int]) -> List[int]:
+        """``name``'s answer for ``issued`` ((position, attempt) pairs; ``samples``: position -> samples it returned):
+        the positions whose attempt was the one in flight, now done (replica and sample count in the ledger's
+        payload); a late or second answer changes nothing."""
         kept = []
-        for k in positions:
-            self.router.complete(f"{self.step}:{k}:{self.attempt[k]}")
-            if self.ledger.complete(self.prompt_id(k), self.attempt[k], {"replica": name, "samples": samples.get(k, 0)}):
+        for k, attempt in issued:
+            self.router.complete(f"{self.step}:{k}:{attempt}")
+            if self.ledger.complete(self.prompt_id(k), attempt, {"replica": name, "samples": samples.get(k, 0)}):
                 kept.append(k)
         return kept
 
@@ -225,18 +226,19 @@ class FleetSource:
     def _generate(self, rnd: FleetRound, prompts: List[Any]) -> Tuple[List[Sample], Dict[str, int]]:
         """Every prompt's samples from one replica, re-issuing what a lost replica held; (samples in prompt order,
         prompts served per replica)."""
-        calls: Dict[Any, Tuple[str, List[int]]] = {}
+        calls: Dict[Any, Tuple[str, List[Issued]]] = {}
         load: Dict[str, int] = {}
 
-        def send(assignment: Dict[str, List[int]]) -> None:
-            for name, positions in assignment.items():
+        def send(assignment: Dict[str, List[Issued]]) -> None:
+            for name, issued in assignment.items():
+                positions = [k for k, _ in issued]
                 actor = self.rollouts.workers[int(name[len("replica"):])]
                 action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
                 if action is not None:
                     actor.__ray_call__.remote(run_in_actor, action)  # issued before the generation, so it runs first
                 batch = Batch(meta={"prompt_ids": [prompts[k].token_ids for k in positions],
                                     "rows": [prompts[k].row for k in positions], "groups": list(positions)})
-                calls[actor.generate.remote(batch, self.plan.training_sampling)] = (name, positions)
+                calls[actor.generate.remote(batch, self.plan.training_sampling)] = (name, issued)
                 for _ in positions:
                     self.health.sent(name, time.monotonic())
                 load[name] = load.get(name, 0) + len(positions)
@@ -249,19 +251,19 @@ class FleetSource:
                 for name, cause in self.health.verdicts(time.monotonic()):
                     send(self._lose(rnd, calls, name, cause))
                 continue
-            name, positions = calls.pop(ready[0])
+            name, issued = calls.pop(ready[0])
             try:
                 samples = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
                 cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + _first_line(exc)
                 send(self._lose(rnd, calls, name, cause))
                 continue
-            for _ in positions:
+            for _ in issued:
                 self.health.answered(name, time.monotonic())
             counts: Dict[int, int] = {}
             for s in samples:
                 counts[s.group] = counts.get(s.group, 0) + 1
-            kept = set(rnd.answered(name, positions, counts))
+            kept = set(rnd.answered(name, issued, counts))
             for s in samples:
                 if s.group in kept:
                     by_prompt.setdefault(s.group, []).append(s)
@@ -273,8 +275,8 @@ class FleetSource:
         since = [r.watched_since for r in self.health.replicas.values() if r.watched_since is not None]
         return max(0.0, min(since) + self.watchdog_s - time.monotonic()) if since else self.watchdog_s
 
-    def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[int]]], name: str,
-              cause: str) -> Dict[str, List[int]]:
+    def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str,
+              cause: str) -> Dict[str, List[Issued]]:
         """``name`` is lost mid-round: its prompts go, once, to the other live replicas (or its replacement when none
         lives), and it is replaced. Returns the re-issued prompts' assignment, for the caller to send."""
         for ref in [ref for ref, (owner, _) in calls.items() if owner == name]:
