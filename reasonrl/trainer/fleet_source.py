@@ -283,24 +283,32 @@ class FleetSource:
             del calls[ref]  # a late answer of the lost replica's calls is not waited for
         positions = rnd.lost(name, cause)
         self.reissued += len(positions)
+        self._book(name, cause)  # before anything is issued again: past the budget the run stops here
         if self.router.accepting():  # the other live replicas (the lost one left the router)
             assignment = rnd.assign(positions)
-            self._replace(name, cause, in_router=False)
+            self._respawn(name)
             return assignment
-        self._replace(name, cause, in_router=False)
+        self._respawn(name)
         return rnd.assign(positions)
 
-    def _replace(self, name: str, cause: str, in_router: bool = True) -> None:
-        """A new actor for ``name`` on its bundle, holding the current weights before its first request; the restart
-        booked (RestartBudgetSpent when the budget is spent)."""
+    def _replace(self, name: str, cause: str) -> None:
+        """Between rounds (a failed weight load): ``name`` replaced, nothing in flight to issue again."""
+        self._book(name, cause)
+        self.router.remove(name)
+        self._respawn(name)
+
+    def _book(self, name: str, cause: str) -> None:
+        """The restart of ``name`` counted (RestartBudgetSpent, naming it and the cause, when the budget is spent)."""
         self.health.restart(name, cause)
         print(f"fleet: replacing {name} ({cause}); restart {self.health.restarts} of "
               f"{self.health.policy.restart_budget}", flush=True)
+
+    def _respawn(self, name: str) -> None:
+        """A new actor for ``name`` on its bundle, holding the current weights before its first request; then it
+        takes work again."""
         actor = self.rollouts.respawn(int(name[len("replica"):]))
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
-        if in_router:
-            self.router.remove(name)
         self.router.add(name)
 
 

@@ -125,3 +125,29 @@ def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(kille
     summary = ledger_summary(again / "fleet")  # the checkpoint's rounds, then step 2's, its dead replica's revoked
     assert summary["trained"] == 8 and summary["issued"] == 0
     assert summary["pending"] + summary["done"] == 4 and summary["pending"] >= 1
+
+
+@pytest.mark.slow
+def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy, tmp_path):
+    """replica0 blocks before its first generate (fault action ``hang``): after ``fleet.watchdog_s`` it is replaced
+    and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under
+    the 5 s)."""
+    from reasonrl import fault_points
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=hang")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
+                                         f"trainer.output_dir={tmp_path}"])
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+        mp.undo()
+    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert row["fleet/restarts"] == 1 and row["fleet/round_reissued"] == 2 and row["fleet/round_lost"] == 0
+    records = journal(tmp_path, 0)
+    revoked = [r for r in records if r["op"] == "revoke"]
+    assert len(revoked) == 2 and all(r["reason"].startswith("replica replica0: hung") for r in revoked)
+    assert {r["replica"] for r in records if r["op"] == "issue" and r["attempt"] == 2} == {"replica1"}
+    assert sorted(r["i"] for r in records if r["op"] == "done") == [0, 1, 2, 3]
