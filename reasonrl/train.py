@@ -89,6 +89,7 @@ def train(cfg, plan, backend) -> int:
     from reasonrl.interrupt import EXIT_INTERRUPTED
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
+    from reasonrl.fleet.health import RestartBudgetSpent
 
     from reasonrl.controller.placement import ClusterTooSmallError
     from reasonrl.trainer.backends import RayBackend
@@ -115,6 +116,9 @@ def train(cfg, plan, backend) -> int:
         trainer.fit()
     except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
         return EXIT_HUNG
+    except RestartBudgetSpent as exc:  # fleet.enabled: a replica needed replacing past fleet.max_restarts
+        print(f"reasonrl: stopped: {exc}", file=sys.stderr)
+        return exc.exit_status
     except RunHaltedError as exc:  # no verdicts, or nothing trained: stop loudly (the last checkpoint stays)
         print(f"reasonrl: stopped: {exc}", file=sys.stderr)
         return EXIT_HALTED

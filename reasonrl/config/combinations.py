@@ -49,9 +49,20 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if e.placement != "ray" and e.resources:
         out.append(("env.resources", f"{dict(e.resources)} needs env.placement=ray (local environments run in the "
                                      f"rollout worker's own process, where Ray resources do not apply)"))
+    if cfg.fleet.enabled and cfg.trainer.mode != "async":
+        out.append(("fleet.enabled", f"needs trainer.mode=async (not {cfg.trainer.mode}): the fleet's replicas are the "
+                                     "async rollout workers; the colocated engines are not a fleet yet"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
+    if cfg.fleet.enabled:
+        placement = cfg.placement or {}
+        pool = (placement.get("roles") or {}).get("async_rollout", "rollout")
+        held = int(((placement.get("pools") or {}).get(pool) or {}).get("workers", 0))
+        if held and a.num_rollout_workers > held:
+            out.append(("async_rollout.num_rollout_workers",
+                        f"{a.num_rollout_workers} fleet replicas are more than placement.pools.{pool}.workers={held} "
+                        "holds (one replica per worker of the rollout pool)"))
     if cfg.data.train_batch_size % a.num_rollout_workers:
         out.append(("async_rollout.num_rollout_workers",
                     f"must divide data.train_batch_size ({cfg.data.train_batch_size})"))

@@ -118,7 +118,7 @@ class RunPlan:
             raise ConfigError(str(exc)) from None
         r, is_async = cfg.rollout, cfg.trainer.mode == "async"
         rollout_workers = cfg.async_rollout.num_rollout_workers if is_async else 0
-        if is_async and rollout_workers > 1 and world % rollout_workers:
+        if is_async and rollout_workers > 1 and world % rollout_workers and not cfg.fleet.enabled:
             raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must divide the "
                               f"{world} actor workers (validation pads batches to the actor count)")
         if world % r.tensor_parallel_size:

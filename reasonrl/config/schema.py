@@ -340,6 +340,19 @@ class AsyncRolloutConfig:
 
 
 @dataclass
+class FleetConfig:
+    """``trainer.mode=async``'s rollout workers as a self-healing fleet of replicas (docs/fleet.md)."""
+
+    enabled: bool = False
+    """Serve rounds through the fleet: prompts routed to the ``async_rollout.num_rollout_workers`` replicas, a dead
+    replica replaced and its prompts issued again, every prompt in the ledger (needs ``trainer.mode=async``)."""
+    max_restarts: int = 2
+    """Replicas the run may replace in all; the next one the fleet would need to replace stops the run."""
+    watchdog_s: float = 300.0
+    """Seconds a replica with requests outstanding may go without answering before it is replaced as hung."""
+
+
+@dataclass
 class EvalConfig:
     n: int = 1
     """Samples per problem."""
@@ -397,6 +410,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     async_rollout: AsyncRolloutConfig = field(default_factory=AsyncRolloutConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
     placement: Dict[str, Any] = field(default_factory=dict)

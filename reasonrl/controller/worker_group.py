@@ -58,14 +58,12 @@ class WorkerGroup:
         master_addr, master_port = rendezvous_address(self.placement_group)
         remote_cls = ray.remote(worker_cls)
         env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
-        self.workers = [
-            remote_cls.options(
-                num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
-                runtime_env={"env_vars": env},
-            ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
-                     num_threads=cpus_per_worker)
-            for r in range(world_size)
-        ]
+        self._spawn = lambda r: remote_cls.options(
+            num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
+            runtime_env={"env_vars": env},
+        ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
+                 num_threads=cpus_per_worker)
+        self.workers = [self._spawn(r) for r in range(world_size)]
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
         self.call_error: type = WorkerCallError  # what a failed call raises (wait_watched)
         self.stack_files: List[Path] = []  # each worker's open dump file (scratch, outside the run directory)
@@ -178,6 +176,14 @@ class WorkerGroup:
         self._arm_hangs(name)
         fault_point(f"group.{name}")
         return [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
+
+    def respawn(self, rank: int) -> Any:
+        """Replace the worker of ``rank`` (dead, hung or failing) by a new actor on its bundle, built as the first was;
+        the old one is killed first (a no-op when its process is gone), so the bundle's resources are free. Returns
+        the new actor (``workers[rank]`` from now on); calls to it queue until it is up."""
+        ray.kill(self.workers[rank], no_restart=True)
+        self.workers[rank] = self._spawn(rank)
+        return self.workers[rank]
 
     def shutdown(self) -> None:
         for w in self.workers:

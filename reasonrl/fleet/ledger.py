@@ -6,6 +6,9 @@ States: ``pending`` (to be issued), ``issued`` to a replica with an attempt numb
     pending --issue--> issued(r, a) --complete(a)--> done
                                     --fail(a)-----> failed(reason)
                                     --revoke------> pending   (its replica died, or a resume found it in flight)
+    done --train--> trained   (the loop trained on its result)
+
+In the fleet's words (docs/fleet.md): pending is queued, issued is generating, done is verified, failed is dropped.
 
 Every transition is one JSON line appended to a journal file, flushed and fsync'd before the call returns, so what a
 caller was told is on disk. ``Ledger.open`` replays the journal: a torn last line (the process died inside a write)
@@ -27,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-PENDING, ISSUED, DONE, FAILED = "pending", "issued", "done", "failed"
-STATES = (PENDING, ISSUED, DONE, FAILED)
+PENDING, ISSUED, DONE, FAILED, TRAINED = "pending", "issued", "done", "failed", "trained"
+STATES = (PENDING, ISSUED, DONE, FAILED, TRAINED)
 RESUME = "resume"
 """The revoke reason of the prompts a resume found in flight."""
 
@@ -121,6 +124,9 @@ class Ledger:
                 got = self._issue(index, record["replica"])
                 if got != attempt:
                     raise LedgerError(f"attempt {attempt}, expected {got}")
+            elif op == "train":
+                self._check_trainable(index)
+                self._apply(record)
             elif op in ("done", "fail", "revoke"):
                 if not self._is_current(index, attempt):
                     raise LedgerError(f"prompt {index} attempt {attempt} is not the one in flight")
@@ -156,6 +162,13 @@ class Ledger:
         self._append(record)
         self._apply(record)
 
+    def trained(self, index: int) -> None:
+        """``index``'s result (done) was trained on: the prompt is finished for the epoch."""
+        self._check_trainable(index)
+        record = {"op": "train", "i": index}
+        self._append(record)
+        self._apply(record)
+
     def replica_lost(self, replica: str, reason: str) -> List[int]:
         """Revoke every prompt in flight on ``replica``; their indices, each to be issued again once."""
         lost = [i for i in self.issued() if self._states[i].replica == replica]
@@ -184,8 +197,8 @@ class Ledger:
         return {s: len(self.in_state(s)) for s in STATES}
 
     def finished(self) -> bool:
-        """Every prompt done or failed."""
-        return all(s.state in (DONE, FAILED) for s in self._states.values())
+        """Every prompt done, trained or failed."""
+        return all(s.state in (DONE, FAILED, TRAINED) for s in self._states.values())
 
     def close(self) -> None:
         if self._file is not None:
@@ -202,6 +215,11 @@ class Ledger:
         self._states[index] = PromptState(ISSUED, str(replica), attempt)
         return attempt
 
+    def _check_trainable(self, index: int) -> None:
+        state = self.state(index)
+        if state.state != DONE:
+            raise LedgerError(f"prompt {index} is {state.state}, not done: it cannot be trained on")
+
     def _is_current(self, index: int, attempt: int) -> bool:
         state = self.state(index)
         return state.state == ISSUED and state.attempt == attempt
@@ -217,6 +235,8 @@ class Ledger:
         old = self._states[record["i"]]
         if record["op"] == "done":
             new = PromptState(DONE, old.replica, old.attempt, payload=record.get("payload"))
+        elif record["op"] == "train":
+            new = PromptState(TRAINED, old.replica, old.attempt, payload=old.payload)
         elif record["op"] == "fail":
             new = PromptState(FAILED, old.replica, old.attempt, reason=record["reason"])
         else:

@@ -221,6 +221,11 @@ class AsyncSource:
 
 def make_source(plan, groups, pool, cfg, draw: Draw) -> RolloutSource:
     """The plan's source over the started ``groups`` (``backends.Groups``)."""
+    if plan.is_async and cfg.fleet.enabled:
+        from .fleet_source import FleetSource
+
+        return FleetSource(groups.actor, groups.rollouts, pool, plan, cfg.reward, draw, cfg.fleet,
+                           cfg.trainer.output_dir)
     if plan.is_async:
         return AsyncSource(groups.actor, groups.rollouts, pool, plan, cfg.reward, draw, cfg.trainer.total_steps)
     return ColocatedSource(groups.actor, pool, plan, cfg.reward, draw)

@@ -229,6 +229,18 @@ class ActorRolloutRefWorker:
         sent = weight_transfer.send(self.transfer_group, params, specs, bucket_bytes)
         return {"seconds": time.perf_counter() - start, "bytes": float(sent)}
 
+    @dispatch(RANK_ZERO)
+    def gather_weights(self) -> List[Tuple[str, torch.Tensor]]:
+        """The full parameters as CPU tensors, for a fleet's replicas through Ray's object store (``fleet.enabled``:
+        a replaced replica takes them too, so no collective group holds the replicas). Every rank gathers (an FSDP
+        collective); rank 0's are returned."""
+        params = self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype)
+        if self.rank != 0:
+            for _ in params:
+                pass
+            return []
+        return [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in params]
+
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> None:

@@ -20,6 +20,7 @@ from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
+from reasonrl.rollout.weight_sync import iter_buckets
 
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, dispatch
@@ -87,6 +88,21 @@ class RolloutWorker:
             return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
         # the sync is finished here (vLLM: the reload session closed now, not at the next generate)
         moved = self.host.load_weights(weight_transfer.receive(self.group, specs, bucket_bytes, self.device))
+        self.version = version
+        return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
+
+    @dispatch(ONE_TO_ALL)
+    def load_published(self, named: List[Any], version: int) -> Dict[str, float]:
+        """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, through Ray's
+        object store) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
+        start = time.perf_counter()
+        if named and all(is_adapter_param(name) for name, _ in named):
+            config = adapter_config_for(self.cfg.actor.lora, [name for name, _ in named], self.model_path)
+            moved = self.host.load_adapter(named, config)
+        else:
+            device = "cuda" if self.device == "cuda" else "cpu"
+            moved = self.host.load_weights(iter_buckets(((n, t.to(device)) for n, t in named),
+                                                        self.plan.bucket_bytes))
         self.version = version
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.fleet.ledger import DONE, FAILED, ISSUED, PENDING, RESUME, Ledger, LedgerError
+from reasonrl.fleet.ledger import DONE, FAILED, ISSUED, PENDING, RESUME, TRAINED, Ledger, LedgerError
 
 PROMPTS = [10, 11, 12, 13]
 
@@ -72,7 +72,7 @@ def test_the_recorded_session_holds_one_state_per_prompt(tmp_path, journal):
     ledger = Ledger.open(path, 3, PROMPTS)
     assert ledger.state(10).payload == {"reward": 1.0} and ledger.state(11).payload == {"reward": 0.0}
     assert ledger.state(11).attempt == 2 and ledger.state(12).reason == "verifier timeout"
-    assert ledger.counts() == {PENDING: 1, ISSUED: 0, DONE: 2, FAILED: 1}
+    assert ledger.counts() == {PENDING: 1, ISSUED: 0, DONE: 2, FAILED: 1, TRAINED: 0}
     assert ledger.revoked_on_resume == [13] and ledger.state(13).attempt == 1
 
 
@@ -236,3 +236,19 @@ def test_processes_killed_mid_write_and_mid_run_lose_and_duplicate_nothing(fast_
     done_lines = Counter(op["i"] for op in ops if op["op"] == "done")
     assert set(done_lines) == set(range(prompts)) and set(done_lines.values()) == {1}  # 0 lost, 0 duplicated
     assert Counter(op["reason"] for op in ops if op["op"] == "revoke") == Counter({RESUME: 1 + len(flying)})
+
+
+def test_trained_follows_done_only_and_replays(tmp_path):
+    path = tmp_path / "j.jsonl"
+    ledger = Ledger.open(path, 0, PROMPTS)
+    a = ledger.issue(10, "r0")
+    with pytest.raises(LedgerError, match="prompt 10 is issued, not done"):
+        ledger.trained(10)
+    assert ledger.complete(10, a, {"x": 1})
+    ledger.trained(10)
+    with pytest.raises(LedgerError, match="prompt 10 is trained, not done"):
+        ledger.trained(10)  # trained once, never twice
+    ledger.close()
+    again = Ledger.open(path, 0, PROMPTS)
+    assert again.state(10).state == TRAINED and again.state(10).payload == {"x": 1}
+    assert again.counts() == {PENDING: 3, ISSUED: 0, DONE: 0, FAILED: 0, TRAINED: 1}

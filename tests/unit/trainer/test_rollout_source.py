@@ -9,9 +9,10 @@ import pytest
 from paths import REPO
 
 from reasonrl.trainer.rollout_source import RolloutSource
+from reasonrl.trainer.fleet_source import FleetSource
 from reasonrl.trainer.sources import AsyncSource, ColocatedSource
 
-SOURCES = [ColocatedSource, AsyncSource]
+SOURCES = [ColocatedSource, AsyncSource, FleetSource]
 
 
 def declared() -> set:

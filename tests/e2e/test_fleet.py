@@ -1,0 +1,153 @@
+"""fleet.enabled on CPU with Ray: two RolloutWorker replicas (hf engine) of conftest's ``tiny_policy`` behind the
+fleet's router, one engine-less actor worker; plumbing (routing, replacement, the ledger), not learning.
+
+One run of 2 steps (4 prompts x 2 samples a round) in which replica1 is killed (SIGKILL in its process, through the
+fault point ``fleet.replica1.generate#2``) as step 2's round is handed to it: its 2 prompts go once to replica0, and a
+new replica1 takes the weights. Then a resume of its checkpoint whose replica0 dies, with the budget (1) spent by the
+first run, stops with the error naming the replica and the cause, the restored ledger intact.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
+        "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
+        "algorithm.use_kl_loss=false", "trainer.ray_address=local", "trainer.log_samples_every=1",
+        "fleet.enabled=true", "async_rollout.num_rollout_workers=2", "fleet.max_restarts=1"]
+
+
+def make_trainer(policy, args):
+    from reasonrl.config import load_config
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.trainer.backends import RayBackend
+    from reasonrl.trainer.trainer import Trainer
+
+    cfg, _ = load_config(TINY + [f"model.path={policy}"] + args, cuda_available=False)
+    return Trainer(cfg, RunPlan.build(cfg), RayBackend())
+
+
+def read_jsonl(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def journal(run_dir: Path, step: int):
+    return read_jsonl(run_dir / "fleet" / f"round_{step:06d}.jsonl")[1:]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory, ray_session, tiny_policy):
+    """2 steps; replica1 killed as step 1's round is handed to it (its 2nd generate call); checkpoint at step 2."""
+    from reasonrl import fault_points
+
+    out = tmp_path_factory.mktemp("fleet") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica1.generate#2=sigkill")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2",
+                                         f"trainer.output_dir={out}"])
+    try:
+        trainer.fit()
+        versions = trainer.source.rollouts.weights_version()
+    finally:
+        trainer.close()
+        mp.undo()
+    return out, versions
+
+
+@pytest.mark.slow
+def test_a_round_through_two_replicas_is_complete_and_each_prompt_on_one(killed_run):
+    out, _ = killed_run
+    first = read_jsonl(out / "metrics.jsonl")[0]
+    assert first["step"] == 1 and first["fleet/load/replica0"] == 2 and first["fleet/load/replica1"] == 2
+    assert first["fleet/restarts"] == 0 and first["fleet/round_lost"] == 0
+    issues = [r for r in journal(out, 0) if r["op"] == "issue"]
+    assert sorted(r["i"] for r in issues) == [0, 1, 2, 3] and {r["attempt"] for r in issues} == {1}
+    done = {r["i"]: r["payload"] for r in journal(out, 0) if r["op"] == "done"}
+    # each prompt answered once, both its samples from the one replica it was issued to
+    assert done == {r["i"]: {"replica": r["replica"], "samples": 2} for r in issues}
+
+
+@pytest.mark.slow
+def test_a_killed_replica_is_replaced_and_its_prompts_issued_once_more(killed_run):
+    out, versions = killed_run
+    second = read_jsonl(out / "metrics.jsonl")[1]
+    assert second["step"] == 2 and second["fleet/restarts"] == 1 and second["fleet/replicas_alive"] == 2
+    assert second["fleet/round_reissued"] == 2 and second["fleet/reissued"] == 2 and second["fleet/round_lost"] == 0
+    records = journal(out, 1)
+    lost = [r["i"] for r in records if r["op"] == "revoke"]
+    assert len(lost) == 2 and all(r["reason"].startswith("replica replica1: died") for r in records
+                                  if r["op"] == "revoke")
+    again = [r for r in records if r["op"] == "issue" and r["i"] in lost and r["attempt"] == 2]
+    assert sorted(r["i"] for r in again) == sorted(lost) and {r["replica"] for r in again} == {"replica0"}
+    done = [r["i"] for r in records if r["op"] == "done"]
+    assert sorted(done) == [4, 5, 6, 7]  # 0 lost, 0 duplicated
+    trained = [r["i"] for step in (0, 1) for r in journal(out, step) if r["op"] == "train"]
+    assert sorted(trained) == list(range(8))
+    assert versions == [2, 2]  # the new replica1 took the weights as well
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(killed_run, tiny_policy, tmp_path):
+    from reasonrl import fault_points
+    from reasonrl.fleet.health import EXIT_FLEET_SPENT, RestartBudgetSpent
+    from reasonrl.trainer.fleet_source import ledger_summary
+
+    out, _ = killed_run
+    ckpt = tmp_path / "step_000002"
+    shutil.copytree(out / "checkpoints" / "step_000002", ckpt)
+    assert ledger_summary(ckpt / "fleet")["trained"] == 8
+    again = tmp_path / "resumed"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=sigkill")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=3", f"trainer.output_dir={again}",
+                                         f"trainer.resume={ckpt}"])
+    try:
+        with pytest.raises(RestartBudgetSpent, match=r"replica replica0 must be replaced \(died: .*budget of 1 "
+                                                     r"is spent") as caught:
+            trainer.fit()
+        assert caught.value.exit_status == EXIT_FLEET_SPENT
+    finally:
+        trainer.close()
+        mp.undo()
+    summary = ledger_summary(again / "fleet")  # the checkpoint's rounds, then step 2's, its dead replica's revoked
+    assert summary["trained"] == 8 and summary["issued"] == 0
+    assert summary["pending"] + summary["done"] == 4 and summary["pending"] >= 1
+
+
+@pytest.mark.slow
+def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy, tmp_path):
+    """replica0 blocks before its first generate (fault action ``hang``): after ``fleet.watchdog_s`` it is replaced
+    and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under
+    the 5 s)."""
+    from reasonrl import fault_points
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=hang")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
+                                         f"trainer.output_dir={tmp_path}"])
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+        mp.undo()
+    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert row["fleet/restarts"] == 1 and row["fleet/round_reissued"] == 2 and row["fleet/round_lost"] == 0
+    records = journal(tmp_path, 0)
+    revoked = [r for r in records if r["op"] == "revoke"]
+    assert len(revoked) == 2 and all(r["reason"].startswith("replica replica0: hung") for r in revoked)
+    assert {r["replica"] for r in records if r["op"] == "issue" and r["attempt"] == 2} == {"replica1"}
+    assert sorted(r["i"] for r in records if r["op"] == "done") == [0, 1, 2, 3]

@@ -1,0 +1,39 @@
+"""The fleet's round bookkeeping (``fleet_source.FleetRound``: the router and the ledger, no Ray): assignment, a lost
+replica's prompts issued again once, late and second answers dropped. Expectations derived by hand."""
+from __future__ import annotations
+
+from reasonrl.fleet.ledger import DONE, ISSUED, PENDING, Ledger
+from reasonrl.fleet.router import Router
+from reasonrl.trainer.fleet_source import FleetRound, ledger_summary
+
+
+def round_of(tmp_path, step=3, count=4):
+    router = Router("least_outstanding", load="requests")
+    router.add("replica0")
+    router.add("replica1")
+    ledger = Ledger.open(tmp_path / f"round_{step:06d}.jsonl", step, [step * count + k for k in range(count)])
+    return FleetRound(step, count, 2, router, ledger), router, ledger
+
+
+def test_prompts_alternate_by_least_outstanding_requests_and_carry_round_ids(tmp_path):
+    rnd, router, ledger = round_of(tmp_path)
+    # k0: tie -> replica0 (added first); k1: replica0 has 1 -> replica1; k2: 1 each, tie -> replica0; k3 -> replica1
+    assert rnd.assign(range(4)) == {"replica0": [(0, 1), (2, 1)], "replica1": [(1, 1), (3, 1)]}
+    assert [ledger.state(i).replica for i in (12, 13, 14, 15)] == ["replica0", "replica1", "replica0", "replica1"]
+    assert router.outstanding("replica0") == 2 and ledger.counts()[ISSUED] == 4
+
+
+def test_a_lost_replicas_prompts_go_once_to_the_live_one_and_late_answers_are_dropped(tmp_path):
+    rnd, router, ledger = round_of(tmp_path)
+    first = rnd.assign(range(4))
+    assert rnd.lost("replica1", "died: SIGKILL") == [1, 3]
+    assert router.replicas() == ["replica0"] and [ledger.state(i).state for i in (13, 15)] == [PENDING, PENDING]
+    assert rnd.assign([1, 3]) == {"replica0": [(1, 2), (3, 2)]}  # the only live replica, attempt 2 each
+    assert rnd.answered("replica1", first["replica1"], {1: 2, 3: 2}) == []  # the dead one's late answer
+    assert rnd.answered("replica0", first["replica0"] + [(1, 2), (3, 2)], {0: 2, 1: 2, 2: 2, 3: 2}) == [0, 2, 1, 3]
+    assert rnd.answered("replica0", [(1, 2)], {1: 2}) == []  # a second answer
+    assert ledger.counts()[DONE] == 4 and rnd.reissued == [1, 3]
+    assert ledger.state(13).payload == {"replica": "replica0", "samples": 2} and ledger.state(13).attempt == 2
+    assert router.outstanding("replica0") == 0
+    ledger.close()
+    assert ledger_summary(tmp_path) == {"pending": 0, "issued": 0, "done": 4, "failed": 0, "trained": 0}
