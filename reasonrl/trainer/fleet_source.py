@@ -38,7 +38,7 @@ from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
 
 from .metrics import PhaseTimer
-from .streaming import mark_env_failures, reward_items
+from .streaming import generate_verified, mark_env_failures, reward_items
 
 LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
@@ -171,8 +171,6 @@ class FleetSource:
 
     def generate_verified(self, prompts: Sequence[Any], sampling: Dict[str, Any]) -> List[Sample]:
         """On the replicas (validation; no ledger)."""
-        from .sources import generate_verified
-
         return generate_verified(self.rollouts, prompts, sampling, self.pool, self.reward_cfg)
 
     def release_devices(self, timer: PhaseTimer) -> None:

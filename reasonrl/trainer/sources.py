@@ -1,5 +1,5 @@
 """The rollout sources, side by side: each implements ``rollout_source.RolloutSource`` (the members the loop calls);
-what they share is plain functions (``generate_verified`` here, ``streaming``).
+what they share is plain functions (``streaming``: ``generate_verified`` among them).
 
 The loop (``Trainer.train_step``) opens with ``source.next_round`` and ends with ``source.publish``; everything in
 between is the same in both modes.
@@ -27,30 +27,18 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from reasonrl.controller.worker_group import GenerationError, RolloutWorkerError, wait_watched
-from reasonrl.data.sample import Round, Sample, attach_results, bind_prompts
+from reasonrl.data.sample import Round, Sample
 from reasonrl.fault_points import arrive, run_in_actor
 
 from .metrics import PhaseTimer
 from .rollout_source import RolloutSource
-from .streaming import collect_stream, generate_and_verify, mark_env_failures, prompt_batch, reward_items
+from .streaming import collect_stream, generate_and_verify, generate_verified, prompt_batch
 
 PENDING_ROUNDS = "pending_rounds.pkl"
 """The file of an async checkpoint that holds the rounds generated ahead and the rollout engines' random state."""
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
 """The next training prompts and their dataset positions (the trainer's sampler over its data)."""
-
-
-def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any], pool, reward_cfg) -> List[Sample]:
-    """One response per prompt from the worker group ``engines`` (padded so every engine gets the same count),
-    verified; the padding is dropped."""
-    real = list(prompts)
-    padded = real + [real[-1]] * ((-len(real)) % engines.engines)
-    samples = [s for s in bind_prompts(engines.generate(prompt_batch(padded), sampling), padded)
-               if s.group < len(real)]
-    items = reward_items(samples, reward_cfg)
-    attach_results(samples, items, pool.verify_batch(items))
-    return mark_env_failures(samples)
 
 
 class ColocatedSource:

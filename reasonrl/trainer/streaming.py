@@ -79,3 +79,15 @@ def mark_env_failures(samples: List[Sample]) -> List[Sample]:
         if s.env is not None and s.env.failed:
             s.result = env_failure(s.env.name, s.env.failed)
     return samples
+
+
+def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any], pool, reward_cfg) -> List[Sample]:
+    """One response per prompt from the worker group ``engines`` (padded so every engine gets the same count),
+    verified; the padding is dropped."""
+    real = list(prompts)
+    padded = real + [real[-1]] * ((-len(real)) % engines.engines)
+    samples = [s for s in bind_prompts(engines.generate(prompt_batch(padded), sampling), padded)
+               if s.group < len(real)]
+    items = reward_items(samples, reward_cfg)
+    attach_results(samples, items, pool.verify_batch(items))
+    return mark_env_failures(samples)
