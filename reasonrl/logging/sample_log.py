@@ -18,8 +18,12 @@ SAMPLE_LOG = "samples.jsonl"
 
 def sample_log_row(prompt: str, response: str, reward: float, verifier: str, failed: bool, reason: str,
                    correct: Optional[bool], row: Dict[str, Any], response_tokens: int, finish_reason: str,
-                   conversation: Optional[str] = None, level: Optional[str] = None) -> Dict[str, Any]:
-    """One response's sample-log row; ``row`` is its dataset row (``data_source``, ``reward_model.ground_truth``)."""
+                   conversation: Optional[str] = None, level: Optional[str] = None,
+                   weights_version: Optional[int] = None, newest_version: Optional[int] = None) -> Dict[str, Any]:
+    """One response's sample-log row; ``row`` is its dataset row (``data_source``, ``reward_model.ground_truth``).
+    ``weights_version``: the weights that generated it, where the mode records them (``Sample.weights_version``:
+    async rollout workers and fleet replicas; a partial rollout's oldest); ``newest_version``: a partial rollout's
+    newest, logged only when it differs (its tokens span both)."""
     ground_truth = (row.get("reward_model") or {}).get("ground_truth")
     out = {"prompt": prompt, "response": response, "reward": reward, "verifier": verifier, "failed": bool(failed),
            "reason": reason, "correct": None if correct is None else bool(correct),
@@ -27,4 +31,8 @@ def sample_log_row(prompt: str, response: str, reward: float, verifier: str, fai
            "response_tokens": int(response_tokens), "finish_reason": finish_reason}
     if conversation:
         out["conversation"] = conversation
+    if weights_version is not None:
+        out["weights_version"] = int(weights_version)
+        if newest_version is not None and newest_version != weights_version:
+            out["newest_version"] = int(newest_version)
     return out

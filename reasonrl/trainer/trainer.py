@@ -313,6 +313,7 @@ class Trainer:
             self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True), s.response_text, s.result.score,
             s.verifier, s.result.failed, s.result.info.get("reason", ""), s.result.correct, s.prompt.row,
             len(s.response_ids), s.finish_reason, level=level_of(s.prompt.row),
+            weights_version=s.weights_version, newest_version=s.newest_version,
             conversation=conversation_text(s.env.conversation) if s.env and s.env.conversation else None)
             for s in samples if s.group < 2], self.step + 1)
 

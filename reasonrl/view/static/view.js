@@ -267,6 +267,8 @@
       el("div", { class: "meta" }, el("span", { class: "badge " + r.verdict }, r.verdict), ` step ${r.step}`,
         r.data_source ? ` · ${r.data_source}` : "", r.verifier ? ` · verifier ${r.verifier}` : "",
         ` · reward ${r.reward}`, ` · ${len}`, r.finish_reason ? ` · finish ${r.finish_reason}` : "",
+        Number.isInteger(r.weights_version) ? ` · weights v${r.weights_version}` +
+          (Number.isInteger(r.newest_version) ? `\u2013v${r.newest_version}` : "") : "",
         INLINE || !r.prompt_key ? "" : el("a", { class: "across", href: `/prompt?run=${state.run}&key=${r.prompt_key}` },
           "this prompt across steps")),
       el("div", { class: "reason" }, "reason: ", el("q", {}, r.reason || "")),

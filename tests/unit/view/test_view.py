@@ -57,7 +57,8 @@ def samples_of(step: int) -> List[Dict[str, Any]]:
                            7, "stop")]
     if step == 3:
         rows += [sample_log_row("Write f", "def f(): while True: pass", 0.0, "code", True,
-                                "timeout after 5.0 s in the sandbox", None, code_row, 9, "stop"),
+                                "timeout after 5.0 s in the sandbox", None, code_row, 9, "stop",
+                                weights_version=2, newest_version=3),  # a partial rollout's tokens span v2 and v3
                  sample_log_row("What is 6*7?", "<tool_call>6*7</tool_call>", 1.0, "math", False, "match", True,
                                 math_row, 30, "stop",
                                 conversation="[assistant]\n<tool_call>6*7</tool_call>\n[tool]\n42\n[assistant]\n"
@@ -142,6 +143,8 @@ def test_sample_filters_and_pages(served: str) -> None:
     row = failed["rows"][0]
     assert (row["step"], row["verifier"], row["data_source"]) == (3, "code", "mbpp")
     assert row["reason"] == "timeout after 5.0 s in the sandbox" and row["ground_truth"] == {"tests": ["assert f() == 1"]}
+    assert (row["weights_version"], row["newest_version"]) == (2, 3)
+    assert "weights_version" not in everything["rows"][0]  # a colocated row records no version
     assert get(f"{served}/api/samples?run=0&data_source=mbpp")["total"] == 1
     assert get(f"{served}/api/samples?run=0&verifier=math&step=3")["total"] == 3
     assert get(f"{served}/api/samples?run=0&step_min=29&step_max=30")["total"] == 4
@@ -244,6 +247,7 @@ def test_page_in_chromium(served_two: str, chromium_browser: Chromium, tmp_path:
     assert 'id="chart-reward"' in page and 'id="chart-timing"' in page and "responses trained on" in page
     assert 'data-run="1"' in page and "other_run · reward/mean = 0.333" in page  # the second run overlaid: 10/30
     assert page.count('<article class="sample') == 1 and "timeout after 5.0 s in the sandbox" in page
+    assert "weights v2\u2013v3" in page  # the failed sample's weight versions on its card
     with tab_at(chromium_browser, f"{served}/run/0", tmp_path / "failed.png") as tab:
         unfiltered = tab.html()
     assert unfiltered.count('<article class="sample') == 20  # one page of the 62 rows
