@@ -75,6 +75,15 @@ def trained_run(tmp_path_factory, model_path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def ray_session():
+    """Ray shut down after the module (its trainers start it with ``trainer.ray_address=local``)."""
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def listener():
     """A TCP server on the host; no sandboxed program may ever connect to it."""
     server = socket.socket()

@@ -3,11 +3,30 @@ conftest.py. Tiny random models built here in seconds (no download), and an in-p
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
-from typing import Any, Dict, Iterator, List, Optional
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
+
+
+def read_jsonl(path: Path) -> List[Any]:
+    """The JSON lines of ``path`` (blank lines skipped): a run's metrics, samples or ledger journal."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def ray_trainer(base: Sequence[str], policy: str, args: Sequence[str]):
+    """A ``Trainer`` on the Ray backend from the overrides ``base``, then ``model.path=policy``, then ``args`` (CPU
+    plan; the caller closes it)."""
+    from reasonrl.config import load_config
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.trainer.backends import RayBackend
+    from reasonrl.trainer.trainer import Trainer
+
+    cfg, _ = load_config(list(base) + [f"model.path={policy}"] + list(args), cuda_available=False)
+    return Trainer(cfg, RunPlan.build(cfg), RayBackend())
 
 
 def free_port() -> int:

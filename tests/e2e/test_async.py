@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cpu_worker_plan
+from helpers import cpu_worker_plan, ray_trainer, read_jsonl
 
 from reasonrl.workers import weight_transfer
 
@@ -26,17 +26,7 @@ TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n
 
 
 def make_trainer(policy, args):
-    from reasonrl.config import load_config
-    from reasonrl.trainer.backends import RayBackend
-    from reasonrl.config.plan import RunPlan
-    from reasonrl.trainer.trainer import Trainer
-
-    cfg, _ = load_config(TINY + [f"model.path={policy}"] + args, cuda_available=False)
-    return Trainer(cfg, RunPlan.build(cfg), RayBackend())
-
-
-def read_jsonl(path: Path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return ray_trainer(TINY, policy, args)
 
 
 def prompts_by_step(run_dir: Path):
@@ -44,14 +34,6 @@ def prompts_by_step(run_dir: Path):
     for row in read_jsonl(run_dir / "samples.jsonl"):
         out.setdefault(row["step"], set()).add(row["prompt"])
     return out
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ first run, stops with the error naming the replica and the cause, the restored l
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import read_jsonl, ray_trainer
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
@@ -21,29 +21,11 @@ TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n
 
 
 def make_trainer(policy, args):
-    from reasonrl.config import load_config
-    from reasonrl.config.plan import RunPlan
-    from reasonrl.trainer.backends import RayBackend
-    from reasonrl.trainer.trainer import Trainer
-
-    cfg, _ = load_config(TINY + [f"model.path={policy}"] + args, cuda_available=False)
-    return Trainer(cfg, RunPlan.build(cfg), RayBackend())
-
-
-def read_jsonl(path: Path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return ray_trainer(TINY, policy, args)
 
 
 def journal(run_dir: Path, step: int):
     return read_jsonl(run_dir / "fleet" / f"round_{step:06d}.jsonl")[1:]
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
