@@ -31,14 +31,14 @@ import ray
 
 from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
 from reasonrl.data.batch import Batch
-from reasonrl.data.sample import Round, Sample, attach_results, bind_prompts
+from reasonrl.data.sample import Round, Sample, bind_prompts
 from reasonrl.fault_points import arrive, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
 
 from .metrics import PhaseTimer
-from .streaming import generate_verified, mark_env_failures, reward_items
+from .streaming import generate_verified, verify
 
 LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
@@ -52,6 +52,11 @@ Issued = Tuple[int, int]
 
 def replica_name(rank: int) -> str:
     return f"replica{rank}"
+
+
+def replica_rank(name: str) -> int:
+    """The rollout worker's rank of ``replica_name(rank)``."""
+    return int(name[len("replica"):])
 
 
 def round_ledger(path: Path) -> Ledger:
@@ -154,9 +159,7 @@ class FleetSource:
         finally:
             ledger.close()
         with timer("verify"):
-            items = reward_items(samples, self.reward_cfg)
-            attach_results(samples, items, self.pool.verify_batch(items))
-            samples = mark_env_failures(samples)
+            samples = verify(samples, self.pool, self.reward_cfg)
         self.trainable = path
         done = ledger.counts()[DONE]
         self.stats = {**self.health.metrics(), "fleet/reissued": float(self.reissued),
@@ -230,7 +233,7 @@ class FleetSource:
         def send(assignment: Dict[str, List[Issued]]) -> None:
             for name, issued in assignment.items():
                 positions = [k for k, _ in issued]
-                actor = self.rollouts.workers[int(name[len("replica"):])]
+                actor = self.rollouts.workers[replica_rank(name)]
                 action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
                 if action is not None:
                     actor.__ray_call__.remote(run_in_actor, action)  # issued before the generation, so it runs first
@@ -304,7 +307,7 @@ class FleetSource:
     def _respawn(self, name: str) -> None:
         """A new actor for ``name`` on its bundle, holding the current weights before its first request; then it
         takes work again."""
-        actor = self.rollouts.respawn(int(name[len("replica"):]))
+        actor = self.rollouts.respawn(replica_rank(name))
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
         self.router.add(name)

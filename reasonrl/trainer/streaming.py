@@ -37,11 +37,16 @@ def generate_and_verify(group, prompts: Sequence[Any], sampling: Dict[str, Any],
         with timer("rollout"):
             samples = bind_prompts(group.generate(prompt_batch(prompts), sampling), prompts)
         with timer("verify"):
-            items = reward_items(samples, reward_cfg)
-            attach_results(samples, items, pool.verify_batch(items))
-        return mark_env_failures(samples)
+            return verify(samples, pool, reward_cfg)
     return collect_stream(group, group.stream("generate_stream", prompt_batch(prompts), sampling, chunk_prompts),
                           prompts, pool, reward_cfg, timer)
+
+
+def verify(samples: List[Sample], pool, reward_cfg) -> List[Sample]:
+    """``samples`` scored in one batch by the verifier pool, each environment's failure recorded on its sample."""
+    items = reward_items(samples, reward_cfg)
+    attach_results(samples, items, pool.verify_batch(items))
+    return mark_env_failures(samples)
 
 
 def reward_items(samples: List[Sample], reward_cfg) -> List[Any]:
@@ -88,6 +93,4 @@ def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any],
     padded = real + [real[-1]] * ((-len(real)) % engines.engines)
     samples = [s for s in bind_prompts(engines.generate(prompt_batch(padded), sampling), padded)
                if s.group < len(real)]
-    items = reward_items(samples, reward_cfg)
-    attach_results(samples, items, pool.verify_batch(items))
-    return mark_env_failures(samples)
+    return verify(samples, pool, reward_cfg)
