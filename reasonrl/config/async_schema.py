@@ -31,3 +31,7 @@ class FleetConfig:
     """Replicas the run may replace in all; the next one the fleet would need to replace stops the run."""
     watchdog_s: float = 300.0
     """Seconds a replica with requests outstanding may go without answering before it is replaced as hung."""
+    continuous: bool = False
+    """Generate all the time (docs/async.md, Continuous generation): the replicas start prompts as soon as admission
+    lets them, and a prompt starts only if it will be trained within ``async_rollout.max_staleness`` versions of the
+    weights that start it (pacing, not discarding). false: each round is generated when its step asks for it."""

@@ -52,6 +52,14 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if cfg.fleet.enabled and cfg.trainer.mode != "async":
         out.append(("fleet.enabled", f"needs trainer.mode=async (not {cfg.trainer.mode}): the fleet's replicas are the "
                                      "async rollout workers; the colocated engines are not a fleet yet"))
+    if cfg.fleet.continuous and not cfg.fleet.enabled:
+        out.append(("fleet.continuous", "needs fleet.enabled=true: continuous generation runs on the fleet's replicas"))
+    if r.partial and not cfg.fleet.continuous:
+        out.append(("rollout.partial", "needs fleet.continuous=true: weights reach a response in flight only while "
+                                       "the fleet generates continuously"))
+    if r.partial and cfg.tool.enabled:
+        out.append(("rollout.partial", "is not supported with tool.enabled yet (a multi-turn trajectory's turns are "
+                                       "not segmented): a trajectory runs under the weights its call started with"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout

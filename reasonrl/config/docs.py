@@ -18,7 +18,8 @@ from . import presets
 
 SCHEMA_PATHS = (Path(__file__).with_name("schema.py"), Path(__file__).with_name("algorithm_schema.py"),
                 Path(__file__).with_name("env_schema.py"),
-                Path(__file__).with_name("lora_schema.py"), Path(__file__).with_name("async_schema.py"))
+                Path(__file__).with_name("lora_schema.py"), Path(__file__).with_name("async_schema.py"),
+                Path(__file__).with_name("rollout_schema.py"))
 """The modules whose dataclasses are the config (parsed as one source)."""
 
 

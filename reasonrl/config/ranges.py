@@ -22,6 +22,7 @@ FIELD_RANGES: Dict[str, str] = {
     "rollout.max_turns": "[1, inf)", "rollout.tensor_parallel_size": "[1, inf)", "rollout.sleep_level": "[0, 2]",
     "tool.timeout_s": "(0, inf)", "tool.memory_mb": "[16, inf)", "tool.max_output_chars": "[1, inf)",
     "tool.concurrency": "[1, inf)", "rollout.stream_chunk_prompts": "[0, inf)",
+    "rollout.partial_segment_tokens": "[1, inf)",
     "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",
     "async_rollout.transfer_timeout_s": "(0, inf)",
     "fleet.max_restarts": "[0, inf)", "fleet.watchdog_s": "(0, inf)",

@@ -41,9 +41,12 @@ class WorkerGroup:
     """``world_size`` copies of ``worker_cls`` in one placement group (one bundle per rank)."""
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
-                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1) -> None:
+                 init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1,
+                 max_concurrency: int = 1) -> None:
         """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU. ``engine_ranks``: ranks
         that share one rollout engine (``rollout.tensor_parallel_size``); ranks r*T .. r*T+T-1 form engine r.
+        ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
+        weights while generating); their calls need not run in the order issued.
 
         Fails at once (before any placement) when ``engine_ranks`` does not divide ``world_size`` or when the
         cluster cannot hold ``world_size`` bundles. The torch rendezvous is on bundle 0's node, at a port free there.
@@ -60,7 +63,7 @@ class WorkerGroup:
         env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
         self._spawn = lambda r: remote_cls.options(
             num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
-            runtime_env={"env_vars": env},
+            runtime_env={"env_vars": env}, max_concurrency=max_concurrency,
         ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
                  num_threads=cpus_per_worker)
         self.workers = [self._spawn(r) for r in range(world_size)]

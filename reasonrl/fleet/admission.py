@@ -103,6 +103,13 @@ class AdmissionController:
         self._ready: Dict[int, List[GroupId]] = {}
         """Batch index -> its groups that finished ok, in finishing order."""
 
+    def start_at(self, version: int) -> None:
+        """A resumed run: ``version`` batches were trained before it (the next one taken is batch ``version``, at
+        published version ``version``). Only before anything was admitted."""
+        if self._groups or self.taken or self.version:
+            raise AdmissionError("start_at after admissions began")
+        self.version = self.taken = version
+
     # ------------------------------------------------------------------ the fleet's side
 
     def open_batch(self) -> int:

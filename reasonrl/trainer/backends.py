@@ -85,7 +85,8 @@ class RayBackend:
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,
                                               {"config": to_dict(cfg), "model_path": model_path,
-                                               "plan": plan.for_workers()})
+                                               "plan": plan.for_workers()},
+                                              max_concurrency=2 if cfg.rollout.partial else 1)
         return groups
 
 

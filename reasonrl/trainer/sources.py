@@ -209,6 +209,13 @@ class AsyncSource:
 
 def make_source(plan, groups, pool, cfg, draw: Draw) -> RolloutSource:
     """The plan's source over the started ``groups`` (``backends.Groups``)."""
+    if plan.is_async and cfg.fleet.continuous:
+        from .continuous_source import ContinuousSource
+
+        return ContinuousSource(groups.actor, groups.rollouts, pool, plan, cfg.reward, draw, cfg.fleet,
+                                cfg.trainer.output_dir, batch_size=cfg.data.train_batch_size,
+                                max_staleness=cfg.async_rollout.max_staleness, total_steps=cfg.trainer.total_steps,
+                                partial=cfg.rollout.partial)
     if plan.is_async and cfg.fleet.enabled:
         from .fleet_source import FleetSource
 

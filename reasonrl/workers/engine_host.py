@@ -106,9 +106,15 @@ class EngineHost:
         """Seconds the engine took to start (the trainer's ``startup_s/engine_start``)."""
         self._generator = None  # the multi-turn loop around the engine (with tools), built on first use
 
+    def use_generator(self, generator) -> None:
+        """Generate with ``generator`` (the engine's ``generate`` signature) instead of the engine: partial rollouts'
+        ``SegmentedGenerator`` around it (``rollout.partial``; not with tools, which the config refuses)."""
+        self._generator = generator
+
     @property
     def generator(self):
-        """The engine, or the multi-turn tool loop around it with ``tools`` (``rollout/multiturn.py``)."""
+        """The engine, or the multi-turn tool loop around it with ``tools`` (``rollout/multiturn.py``), or what
+        ``use_generator`` set."""
         if self._generator is None:
             self._generator = rollout_generator(self.engine, self.tokenizer, self.cfg, self.tools)
         return self._generator

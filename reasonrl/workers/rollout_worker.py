@@ -5,10 +5,17 @@ It generates while the actor group trains, and takes new weights from actor rank
 colocated ``ActorRolloutRefWorker``). It counts the policy version its engine holds (the number of actor updates
 its weights include) and stamps every generated Sample with it (``Sample.weights_version``), so the trainer can measure
 staleness instead of assuming it.
+
+With ``rollout.partial`` (a fleet replica under ``fleet.continuous``) the worker runs as a threaded Ray actor (two
+calls at once, ``WorkerGroup(max_concurrency=2)``): ``stage_published`` hands it a newer weight version while
+``generate`` runs, and the generation (``rollout.partial.SegmentedGenerator``) loads it between two segments, so
+each response token records the version that produced it. The engine is used by one call at a time
+(``engine_lock``); staging only stores the weights.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -20,6 +27,7 @@ from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
+from reasonrl.rollout.partial import SegmentedGenerator
 from reasonrl.rollout.weight_sync import iter_buckets
 
 from . import weight_transfer
@@ -48,16 +56,28 @@ class RolloutWorker:
         self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=tools)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
+        self.engine_lock = threading.RLock()  # one call at a time uses the engine (a threaded actor: rollout.partial)
+        self._staged: Optional[tuple] = None  # (weights, version) published while a generation runs
+        self._staged_lock = threading.Lock()
+        self.partial = self.cfg.rollout.partial
+        if self.partial:
+            self.host.use_generator(SegmentedGenerator(engine, self.tokenizer, self.cfg.rollout.partial_segment_tokens,
+                                                       0, self._latest_version, self._load_staged))
 
     def _stamped(self, samples: List[Sample]) -> List[Sample]:
         for s in samples:
-            s.weights_version = self.version
+            if s.token_versions is None:  # a partial rollout's Sample carries the versions of its own tokens
+                s.weights_version = self.version
         return samples
 
     @dispatch(SPLIT_BATCH)
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
-        """Like ``ActorRolloutRefWorker.generate``; each Sample also carries ``weights_version``."""
-        return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
+        """Like ``ActorRolloutRefWorker.generate``; each Sample also carries ``weights_version`` (partial: the
+        versions of its tokens, weights staged meanwhile loaded between segments)."""
+        with self.engine_lock:
+            if self.partial:
+                self.host.generator.version = self.version
+            return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int
                         ) -> Iterator[List[Sample]]:
@@ -92,9 +112,34 @@ class RolloutWorker:
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(ONE_TO_ALL)
+    def stage_published(self, named: List[Any], version: int) -> None:
+        """``rollout.partial``: keep the weights of ``version`` for the generation in flight to load at its next
+        segment (or the next generation, before its first); a newer staged version replaces an older one."""
+        with self._staged_lock:
+            if version > (self._staged[1] if self._staged else self.version):
+                self._staged = (named, version)
+
+    def _latest_version(self) -> int:
+        with self._staged_lock:
+            return self._staged[1] if self._staged else self.version
+
+    def _load_staged(self, version: int) -> None:
+        """The partial generator's call between segments: the staged weights (of ``version``) into the engine."""
+        with self._staged_lock:
+            named, staged = self._staged
+            self._staged = None
+        if staged != version:
+            raise RuntimeError(f"staged weights of version {staged}, asked for {version}")
+        self.load_published(named, version)
+
+    @dispatch(ONE_TO_ALL)
     def load_published(self, named: List[Any], version: int) -> Dict[str, float]:
         """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, through Ray's
         object store) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
+        with self.engine_lock:
+            return self._load_named(named, version)
+
+    def _load_named(self, named: List[Any], version: int) -> Dict[str, float]:
         start = time.perf_counter()
         if named and all(is_adapter_param(name) for name, _ in named):
             config = adapter_config_for(self.cfg.actor.lora, [name for name, _ in named], self.model_path)

@@ -246,3 +246,16 @@ def test_no_discard_bias_long_groups_are_trained_not_dropped():
     assert dict(c.lag_groups) == {0: 2, 1: 4}
     assert dict(c.lag_tokens) == {0: 1010, 1: 2020}
     assert c.trainer_wait.calls == 2
+
+
+def test_a_resumed_run_starts_at_its_step():
+    """Resumed at step 3 with B = 2, k = 1: batches 3 and 4 may be filled at version 3, batch 5 not; batch 3 is the
+    next taken, at lag 0 for groups started at 3."""
+    adm = AdmissionController(batch_size=2, max_staleness=1)
+    adm.start_at(3)
+    assert [adm.admit(g) for g in "abcde"] == [3, 3, 4, 4, None]
+    for g in "ab":
+        adm.finished(g, ok=True, tokens=5)
+    assert adm.take_batch() == ["a", "b"] and adm.lag_groups[0] == 2 and adm.taken == 4
+    with pytest.raises(AdmissionError, match="start_at after admissions began"):
+        adm.start_at(1)

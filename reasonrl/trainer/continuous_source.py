@@ -1,0 +1,355 @@
+"""ContinuousSource: the fleet generating all the time (``fleet.continuous``; docs/async.md, Continuous generation).
+A ``RolloutSource``; it is a ``FleetSource`` (replicas, router, health, replacement, ledger, weights through the
+object store) whose batches are not generated when a step asks for them but as soon as admission lets them start.
+
+Threads. Only the trainer's thread touches the sampler: in ``start`` and ``publish`` it draws every batch that
+admission could accept at the new version (batch ``j`` is the ``j``-th draw; at most up to the run's last step).
+A dispatcher thread admits the drawn prompt groups in order (``fleet.admission``: a group starts only if its batch
+will be trained within ``async_rollout.max_staleness`` versions of the weights that start it; k = 0 is on-policy),
+routes each to a replica (least outstanding work; a group's ``n`` samples on one replica), sends each idle replica
+one ``generate`` call holding the groups waiting for it, verifies each answer on the reward pool and marks its
+groups finished. ``next_round(step)`` waits until every group of batch ``step`` has finished. One condition guards
+the shared state, and every call to a replica is issued under it, so a weight load and a generation reach a replica
+in the order they were issued.
+
+Weights. ``publish(v)``: actor rank 0's weights go once into Ray's object store. Without partial rollouts each
+replica gets a ``load_published`` call, queued behind the generation it runs (a call started before the load
+generates with older weights, one issued after it with ``v``). With ``rollout.partial`` the weights are staged
+(``stage_published``, waited for: it only stores them, on the replica's second thread) and the generation in flight
+loads them at its next segment, so its later tokens are stamped ``v``. Only then does admission hear of ``v``, so a
+group admitted at ``v`` is generated with weights of ``v`` or newer.
+
+The ledger. Batch ``j``'s journal is ``fleet/round_<j>.jsonl``, as in ``FleetSource``, opened when the batch is
+drawn. A replica that dies, raises, hangs past ``fleet.watchdog_s`` or fails to load weights has its groups
+revoked in their batches' journals and issued again, once, on another replica (or its replacement), and the
+replacement is booked against ``fleet.max_restarts``.
+
+Checkpoints. ``save`` stores the batches drawn and not yet trained (their prompts and dataset positions: the
+sampler's saved position is after them) besides the ledger; a resumed run generates those batches afresh (their
+journals start again), so no prompt is lost or trained twice; what was generated of them before the stop is
+generated again.
+"""
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import ray
+
+from reasonrl.controller.worker_group import wait_watched
+from reasonrl.data.batch import Batch
+from reasonrl.data.sample import Round, Sample, bind_prompts
+from reasonrl.fault_points import arrive, run_in_actor
+from reasonrl.fleet.admission import AdmissionController
+from reasonrl.fleet.ledger import DONE, Ledger
+
+from .fleet_source import Draw, FleetRound, FleetSource, _first_line, replica_name, replica_rank, round_ledger
+from .metrics import PhaseTimer
+from .streaming import verify
+
+PENDING_BATCHES = "continuous_pending.pkl"
+"""The checkpoint file of the batches drawn and not yet trained."""
+POLL_S = 0.2
+"""Longest the dispatcher waits on the replicas before it looks for new work to send (admission may have opened)."""
+
+Group = Tuple[int, int]
+"""(batch, position in the batch)."""
+
+
+class ContinuousSource(FleetSource):
+    """Batches generated continuously by the fleet, paced by admission (see the module docstring)."""
+
+    def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str, *,
+                 batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
+        super().__init__(workers, rollouts, pool, plan, reward_cfg, draw, fleet_cfg, run_dir)
+        self.batch_size, self.total_steps, self.partial = batch_size, total_steps, partial
+        self.admission = AdmissionController(batch_size=batch_size, max_staleness=max_staleness)
+        self.cv = threading.Condition()
+        self.drawn: Dict[int, Tuple[List[Any], List[int]]] = {}  # batch -> its prompts and dataset positions
+        self.next_draw = 0
+        self.queue: Deque[Group] = deque()  # drawn, not yet admitted
+        self.rounds: Dict[int, FleetRound] = {}  # batches drawn and not yet taken, with their open journals
+        self.backlog: Dict[str, List[Tuple[int, int, int]]] = {}  # replica -> (batch, position, attempt) to send
+        self.calls: Dict[Any, Tuple[str, str, List[Tuple[int, int, int]], Any]] = {}  # ref -> (replica, kind, ...)
+        self.busy: Dict[str, Any] = {}  # replica -> the ref of its generate call in flight
+        self.results: Dict[int, Dict[int, List[Sample]]] = {}
+        self.batch_load: Dict[int, Dict[str, int]] = {}
+        self.restored: Dict[int, Tuple[List[Any], List[int]]] = {}
+        self.error: Optional[BaseException] = None
+        self.closing = False
+        self.thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------------ the loop's members
+    def start(self, step: int) -> None:
+        """Replicas at the weights of ``step``, a checkpoint's untrained batches queued first, the dispatcher on."""
+        self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        self.admission.start_at(step)
+        self.next_draw = step
+        with self.cv:
+            for j in sorted(self.restored):
+                self._add_batch(j, *self.restored[j])
+            self.restored = {}
+        if step > 0:
+            self.publish(step, PhaseTimer())
+        else:
+            with self.cv:
+                self._top_up()
+        self.thread = threading.Thread(target=self._run, name="fleet-dispatcher", daemon=True)
+        self.thread.start()
+
+    def next_round(self, step: int, timer: PhaseTimer) -> Round:
+        """Batch ``step`` once all its groups finished (waited for under ``rollout``; verified as they came)."""
+        with timer("rollout"), self.cv:
+            while True:
+                self._raise_error()
+                groups = self.admission.take_batch(now=time.monotonic())
+                if groups is not None:
+                    break
+                self.cv.wait(timeout=1.0)
+            if sorted(groups) != [(step, k) for k in range(self.batch_size)]:
+                raise RuntimeError(f"batch {step} holds groups {sorted(groups)}: admission and the draws disagree")
+            prompts, indices = self.drawn.pop(step)
+            by_position = self.results.pop(step)
+            rnd = self.rounds.pop(step)
+            rnd.ledger.close()
+            load = self.batch_load.pop(step, {})
+            self.trainable = rnd.ledger.path
+            samples = [s for k in range(self.batch_size) for s in by_position[k]]
+            done = rnd.ledger.counts()[DONE]
+            oldest = min(s.weights_version for s in samples)
+            self.stats = {**self.health.metrics(), **self.admission.metrics(),
+                          "fleet/reissued": float(self.reissued), "fleet/round_reissued": float(len(rnd.reissued)),
+                          "fleet/round_lost": float(len(prompts) - done), "fleet/weights_version": float(oldest),
+                          "async/staleness": float(step - oldest),
+                          **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
+        return Round(prompts, samples, indices)
+
+    def publish(self, version: Optional[int], timer: PhaseTimer) -> Dict[str, float]:
+        """The weights of ``version`` to every replica (see the module docstring), then to admission, which may
+        start the next batches' groups; the batch just trained marked ``trained`` in its journal."""
+        if version is None:
+            return {}
+        with timer("weight_sync"):
+            named = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
+                                 f"gathering the weights of version {version}")[0]
+            ref = ray.put(named)
+            with self.cv:
+                self._raise_error()
+                self.weights, self.version = ref, version
+                staged = {}
+                for rank, actor in enumerate(self.rollouts.workers):
+                    name = replica_name(rank)
+                    if self.partial:
+                        staged[name] = (actor, actor.stage_published.remote(ref, version))
+                    else:  # queued behind the generation the replica runs; checked by the dispatcher
+                        self.calls[actor.load_published.remote(ref, version)] = (name, "load", [], actor)
+                for name, (actor, call) in staged.items():
+                    try:
+                        ray.get(call, timeout=self.watchdog_s)
+                    except (ray.exceptions.RayError, TimeoutError) as exc:
+                        self._lose_replica(name, actor, f"failed to stage the weights of version {version}: "
+                                                        f"{_first_line(exc)}")
+                self.admission.publish(version)
+                self._top_up()
+                self.cv.notify_all()
+        self._mark_trained()
+        return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+
+    def save(self, directory: str) -> None:
+        """The batches drawn and not trained, and (``FleetSource.save``) the ledger and the fleet's counters."""
+        with self.cv:
+            pending = {j: self.drawn[j] for j in sorted(self.drawn)}
+            with open(f"{directory}/{PENDING_BATCHES}", "wb") as f:
+                pickle.dump(pending, f)
+            super().save(directory)
+
+    def load(self, directory: str) -> None:
+        super().load(directory)
+        try:
+            with open(f"{directory}/{PENDING_BATCHES}", "rb") as f:
+                self.restored = pickle.load(f)
+        except FileNotFoundError:  # a checkpoint of a run that was not continuous: its batches are drawn again
+            self.restored = {}
+
+    def close(self) -> None:
+        with self.cv:
+            self.closing = True
+            self.cv.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+        for rnd in self.rounds.values():
+            rnd.ledger.close()
+        super().close()
+
+    # ------------------------------------------------------------------ the trainer's side (under the lock)
+    def _add_batch(self, j: int, prompts: List[Any], indices: List[int]) -> None:
+        """Batch ``j`` drawn (or restored): its journal opened afresh, its groups queued for admission."""
+        path = self.ledger_dir / f"round_{j:06d}.jsonl"
+        path.unlink(missing_ok=True)  # generated before a resume and never trained: generated again
+        ledger = Ledger.open(path, j, [j * self.batch_size + k for k in range(len(prompts))])
+        self.rounds[j] = FleetRound(j, len(prompts), self.plan.training_sampling["n"], self.router, ledger)
+        self.drawn[j] = (prompts, indices)
+        self.results[j] = {}
+        self.queue.extend((j, k) for k in range(len(prompts)))
+        self.next_draw = max(self.next_draw, j + 1)
+
+    def _top_up(self) -> None:
+        """Draw every batch admission could accept now (up to the run's last step)."""
+        while self.next_draw <= self.admission.version + self.admission.max_staleness \
+                and self.next_draw < self.total_steps:
+            self._add_batch(self.next_draw, *self.draw())
+
+    def _mark_trained(self) -> None:
+        if self.trainable is None:
+            return
+        ledger = round_ledger(self.trainable)
+        for index in ledger.in_state(DONE):
+            ledger.trained(index)
+        ledger.close()
+        self.trainable = None
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    # ------------------------------------------------------------------ the dispatcher
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.cv:
+                    if self.closing:
+                        return
+                    self._admit()
+                    self._send()
+                    refs = list(self.calls)
+                    timeout = min(POLL_S, self._wait_left())
+                if not refs:
+                    with self.cv:
+                        if not self.closing:
+                            self.cv.wait(timeout=POLL_S)
+                    continue
+                ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+                if not ready:
+                    with self.cv:
+                        for name, cause in self.health.verdicts(time.monotonic()):
+                            self._lose_replica(name, self.rollouts.workers[replica_rank(name)], cause)
+                    continue
+                self._answer(ready[0])
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
+            with self.cv:
+                self.error = exc
+                self.cv.notify_all()
+
+    def _admit(self) -> None:
+        """Admit queued groups while admission lets them start; route each to a replica's backlog."""
+        admitted: Dict[int, List[int]] = {}
+        while self.queue:
+            j, k = self.queue[0]
+            index = self.admission.admit((j, k), now=time.monotonic())
+            if index is None:
+                break
+            if index != j:
+                raise RuntimeError(f"group {k} of batch {j} was admitted into batch {index}")
+            self.queue.popleft()
+            admitted.setdefault(j, []).append(k)
+        for j, positions in admitted.items():
+            self._route(j, positions)
+
+    def _route(self, j: int, positions: List[int]) -> None:
+        for name, issued in self.rounds[j].assign(positions).items():
+            self.backlog.setdefault(name, []).extend((j, k, attempt) for k, attempt in issued)
+
+    def _send(self) -> None:
+        """Each idle replica's backlog as one ``generate`` call."""
+        for name in list(self.backlog):
+            work = self.backlog[name]
+            if not work or name in self.busy:
+                continue
+            del self.backlog[name]
+            actor = self.rollouts.workers[replica_rank(name)]
+            action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
+            if action is not None:
+                actor.__ray_call__.remote(run_in_actor, action)
+            prompts = [self.drawn[j][0][k] for j, k, _ in work]
+            batch = Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts],
+                                "groups": [j * self.batch_size + k for j, k, _ in work]})
+            ref = actor.generate.remote(batch, self.plan.training_sampling)
+            self.calls[ref] = (name, "generate", work, actor)
+            self.busy[name] = ref
+            for j, _, _ in work:
+                self.health.sent(name, time.monotonic())
+                load = self.batch_load.setdefault(j, {})
+                load[name] = load.get(name, 0) + 1
+
+    def _answer(self, ref: Any) -> None:
+        """A replica's call came back: a failure loses the replica; samples are verified (outside the lock), then
+        their groups finish, the attempt in flight only."""
+        with self.cv:
+            entry = self.calls.pop(ref, None)
+        if entry is None:
+            return  # the replica was lost meanwhile: its calls are no longer waited for
+        name, kind, work, actor = entry
+        try:
+            samples = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + _first_line(exc)
+            with self.cv:
+                self._lose_replica(name, actor, cause)
+            return
+        if kind == "load":
+            return
+        by_group: Dict[int, List[Sample]] = {}
+        for s in samples:
+            j, k = divmod(s.group, self.batch_size)
+            s.group = k
+            by_group.setdefault(j * self.batch_size + k, []).append(s)
+        for g, group in by_group.items():
+            j, k = divmod(g, self.batch_size)
+            bind_prompts(group, self.drawn[j][0])
+        verify(samples, self.pool, self.reward_cfg)
+        with self.cv:
+            if self.busy.get(name) == ref:
+                del self.busy[name]
+            for _ in work:
+                self.health.answered(name, time.monotonic())
+            for j in sorted({j for j, _, _ in work}):
+                issued = [(k, attempt) for jj, k, attempt in work if jj == j]
+                counts = {k: len(by_group.get(j * self.batch_size + k, [])) for k, _ in issued}
+                for k in self.rounds[j].answered(name, issued, counts):
+                    group = by_group.get(j * self.batch_size + k, [])
+                    self.results[j][k] = group
+                    versions = [v for s in group for v in (s.oldest_version, s.newest_version) if v is not None]
+                    self.admission.finished((j, k), ok=True, tokens=sum(len(s.response_ids) for s in group),
+                                            versions=(min(versions), max(versions)) if versions else None)
+            self.cv.notify_all()
+
+    def _lose_replica(self, name: str, actor: Any, cause: str) -> None:
+        """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on
+        the other live replicas (its replacement when none lives); the restart booked; a new actor with the current
+        weights. A failure of an actor already replaced changes nothing."""
+        if self.rollouts.workers[replica_rank(name)] is not actor:
+            return
+        for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
+            del self.calls[ref]
+        self.busy.pop(name, None)
+        self.backlog.pop(name, None)  # issued in the ledger: revoked below with the rest
+        revoked: Dict[int, List[int]] = {}
+        for j, rnd in self.rounds.items():
+            positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
+            rnd.reissued.extend(positions)
+            if positions:
+                revoked[j] = positions
+        self.router.remove(name)
+        self.reissued += sum(len(p) for p in revoked.values())
+        self._book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
+        if not self.router.accepting():
+            self._respawn(name)
+            for j, positions in revoked.items():
+                self._route(j, positions)
+            return
+        for j, positions in revoked.items():
+            self._route(j, positions)
+        self._respawn(name)
