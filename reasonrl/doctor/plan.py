@@ -63,7 +63,8 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         plan = plan_memory(cfg, model_config, device_bytes, run)
         host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else host_memory_bytes(), world,
                                 threshold=ray_kill_threshold()) if cfg.trainer.mode != "async" else None
-        rollout = plan_rollout_worker(cfg, model_config, device_bytes, run) if run.is_async else None
+        separate = run.is_async and not run.share_devices  # shared: the replica's engine is in the GPU's plan
+        rollout = plan_rollout_worker(cfg, model_config, device_bytes, run) if separate else None
     except AutoBudgetError as exc:
         print(f"does not fit: {exc}")
         return 1
