@@ -2,7 +2,8 @@
 (``reasonrl.memory``: each phase's expected peak per GPU, term by term), without loading anything — also on a machine
 without a GPU, for a named device size. Exit status 0 when it fits, 1 when a phase does not (with what would make it
 fit), 2 for bad input (a config key, a device size, a model whose config.json cannot be read offline). Token
-budgets set to ``auto`` are resolved first and printed; async mode adds a rollout worker's GPU."""
+budgets set to ``auto`` are resolved first and printed; async mode adds a rollout worker's GPU (with
+``async_rollout.share_devices`` the replica's engine is in the one GPU plan instead)."""
 from __future__ import annotations
 
 import sys
