@@ -6,6 +6,8 @@
 #   benchmarks/gpu_run.sh setup           unpack vLLM (all parts), Ray and the wheels into /tmp/site (once)
 #   benchmarks/gpu_run.sh step [ARGS]     setup, then benchmarks/gpu_grpo_step.py ARGS -> $OUT/gpu_grpo_step.json
 #   benchmarks/gpu_run.sh anchors [ARGS]  setup, then benchmarks/gpu_anchors.py ARGS  -> $OUT/gpu_anchors.json
+#   benchmarks/gpu_run.sh asyncstep [ARGS] setup, then benchmarks/gpu_async_step.py ARGS (colocated vs same-GPU
+#                                         fully-async, issue 48 item 4) -> $OUT/gpu_async_step.json, .log
 #   benchmarks/gpu_run.sh base            Ray and the wheels only (no vLLM): enough for the hf engine and the trainer
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
 #   benchmarks/gpu_run.sh smollm2         base, then assemble and convert SmolLM2 (after lcpart 0 and 1) once, so
@@ -169,7 +171,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   return $rc
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | nanprobe S | step | anchors | trl | mfu | packing | doctor | train (see the header)}
+cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -237,6 +239,12 @@ case $cmd in
     python3 benchmarks/gpu_grpo_step.py --out "$OUT/gpu_grpo_step.json" "$@" 2>&1 | tee "$OUT/gpu_grpo_step.log" \
       | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " || rc=$?
     cp "$OUT/gpu_grpo_step.json" /tmp/gpu_grpo_step.json 2>/dev/null || true  # for the anchors call's ratio
+    exit $rc ;;
+  asyncstep)
+    setup
+    rc=0
+    python3 benchmarks/gpu_async_step.py --out "$OUT/gpu_async_step.json" "$@" 2>&1 | tee "$OUT/gpu_async_step.log" \
+      | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " || rc=$?
     exit $rc ;;
   anchors)
     setup

@@ -18,6 +18,17 @@ class AsyncRolloutConfig:
     generation and training in turn on their own devices."""
     transfer_timeout_s: float = 600.0
     """Timeout of one collective of the actor-to-rollout weight transfer group (NCCL/gloo)."""
+    share_devices: bool = False
+    """Place the rollout replicas on the actor's devices instead of devices of their own: replica r shares actor rank
+    r's GPU (one placement-group bundle, half a Ray GPU each), its engine awake while the actor trains (no sleep
+    between phases), so one GPU overlaps generation with training. The actor gets every GPU;
+    ``num_rollout_workers`` must equal the actor ranks; needs ``fleet.enabled`` (weights through Ray's object store:
+    NCCL refuses two ranks on one GPU). On a CPU the replicas share the cores, as in plain async mode (docs/async.md,
+    "The same GPU for both")."""
+    engine_memory_fraction: float = 0.3
+    """With ``share_devices``: the share of each shared GPU's memory the replica's vLLM engine takes (its
+    ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); the rest is
+    the trainer's. The memory plan checks both together before anything loads."""
 
 
 @dataclass

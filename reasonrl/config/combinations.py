@@ -60,9 +60,13 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if r.partial and cfg.tool.enabled:
         out.append(("rollout.partial", "is not supported with tool.enabled yet (a multi-turn trajectory's turns are "
                                        "not segmented): a trajectory runs under the weights its call started with"))
+    if cfg.async_rollout.share_devices and cfg.trainer.mode != "async":
+        out.append(("async_rollout.share_devices", f"needs trainer.mode=async (not {cfg.trainer.mode}): the colocated "
+                                                   "engine already lives on the actor's GPU (and sleeps while it trains)"))
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
+    out += shared_device_problems(cfg)
     if cfg.fleet.enabled:
         placement = cfg.placement or {}
         pool = (placement.get("roles") or {}).get("async_rollout", "rollout")
@@ -91,4 +95,28 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if alg.adv_estimator == "remax":
         out.append(("trainer.mode", "async is not supported with ReMax (algorithm.adv_estimator=remax: its greedy "
                                     "baseline runs on the engines that are generating the next round) yet"))
+    return out
+
+
+def shared_device_problems(cfg) -> List[Problem]:
+    """``async_rollout.share_devices`` (replica r on actor rank r's device, both awake): it needs the fleet (its
+    weights go through Ray's object store; the plain async mode's NCCL group cannot hold two ranks on one GPU), one
+    replica per actor rank, and the replicas on the actor's pool. The actor ranks' count on a GPU machine (all its
+    GPUs) is checked by ``RunPlan.build``."""
+    a, out = cfg.async_rollout, []
+    if not a.share_devices:
+        return out
+    if not cfg.fleet.enabled:
+        out.append(("async_rollout.share_devices", "needs fleet.enabled=true: a replica on the actor's GPU takes the "
+                                                   "weights through Ray's object store (the plain async mode's NCCL "
+                                                   "broadcast group refuses two ranks on one GPU)"))
+    if cfg.trainer.num_workers and a.num_rollout_workers != cfg.trainer.num_workers:
+        out.append(("async_rollout.num_rollout_workers",
+                    f"{a.num_rollout_workers} must equal trainer.num_workers ({cfg.trainer.num_workers}) with "
+                    "async_rollout.share_devices=true: one replica on each actor rank's device"))
+    roles = (cfg.placement or {}).get("roles") or {}
+    if "async_rollout" in roles:
+        out.append(("placement.roles.async_rollout", f"{roles['async_rollout']!r} conflicts with "
+                                                     "async_rollout.share_devices=true, which puts the replicas on "
+                                                     "the actor's pool"))
     return out

@@ -30,8 +30,10 @@ class Hardware:
     """This host's cores (Ray is started with them)."""
 
 
-RESOLVED_KEYS = ("rollout.enforce_eager", "model.attn_implementation", "actor.use_packing")
-"""The settings whose None/``auto`` the plan resolves (``RunPlan.run_config`` fills them for the workers)."""
+RESOLVED_KEYS = ("rollout.enforce_eager", "model.attn_implementation", "actor.use_packing",
+                 "rollout.gpu_memory_utilization")
+"""The settings whose None/``auto`` the plan resolves (``RunPlan.run_config`` fills them for the workers; vLLM's GPU
+share is ``async_rollout.engine_memory_fraction`` with ``async_rollout.share_devices``)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,11 @@ def device_settings(cfg: Any, device: str, varlen_importable: bool = False) -> L
     else:
         why = "set by you"
     rows.append(DeviceSetting("rollout.enforce_eager", enforce_eager, why))
-    if on_gpu:
+    if on_gpu and cfg.trainer.mode == "async" and cfg.async_rollout.share_devices:
+        rows.append(DeviceSetting("rollout.gpu_memory_utilization", cfg.async_rollout.engine_memory_fraction,
+                                  "async_rollout.engine_memory_fraction: the replica's share of the GPU it shares "
+                                  "with an actor rank (awake while it trains); the rest is the trainer's"))
+    elif on_gpu:
         rows.append(DeviceSetting("rollout.gpu_memory_utilization", r.gpu_memory_utilization,
                                   "vLLM's share of each GPU; 0.5 fits a 1.5B actor + ref + vLLM on 80 GB"))
         rows.append(DeviceSetting("rollout.free_cache_engine", r.free_cache_engine,

@@ -71,7 +71,8 @@ class RunPlan:
     """Worker groups that time-share the cores on CPU (actor, critic, rollout): each worker gets the cluster's CPUs
     divided by world size x groups (``controller.cpus_per_worker``, once Ray is up)."""
     gpu_share: float
-    """GPU fraction of each actor rank (0.5 when the critic shares it)."""
+    """GPU fraction of each actor rank (0.5 when the critic or, with ``share_devices``, a rollout replica shares
+    it; the replica takes the same fraction)."""
     engine_sleep_level: int
     """vLLM's sleep level on GPU (``rollout.sleep_level`` resolved, ``engine_sleep_level``)."""
     lora_sync: str
@@ -86,6 +87,9 @@ class RunPlan:
     ``eval.max_new_tokens`` (validation generates with the same engine)."""
     model: Optional[ModelFacts] = None
     """The model's facts, once ``with_model`` read them."""
+    share_devices: bool = False
+    """``async_rollout.share_devices`` in async mode: rollout replica r on actor rank r's device (one bundle, each
+    ``gpu_share`` of its GPU), its engine awake while the actor trains; the actor has every GPU."""
 
     @property
     def use_critic(self) -> bool:
@@ -118,6 +122,11 @@ class RunPlan:
             raise ConfigError(str(exc)) from None
         r, is_async = cfg.rollout, cfg.trainer.mode == "async"
         rollout_workers = cfg.async_rollout.num_rollout_workers if is_async else 0
+        share = is_async and cfg.async_rollout.share_devices
+        if share and rollout_workers != world:
+            raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must equal the "
+                              f"{world} actor workers with async_rollout.share_devices=true (one replica on each actor "
+                              f"rank's device{'; the actor gets every GPU' if device == 'cuda' else ''})")
         if is_async and rollout_workers > 1 and world % rollout_workers and not cfg.fleet.enabled:
             raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must divide the "
                               f"{world} actor workers (validation pads batches to the actor count)")
@@ -143,7 +152,7 @@ class RunPlan:
                                  "max_new_tokens": r.max_new_tokens, "logprobs": False},
             ray_cpus=cores * (2 if (passes.values or is_async) else 1),
             cpu_groups=1 + int(passes.values) + int(is_async),  # groups sharing the cores on CPU
-            gpu_share=0.5 if passes.values else 1.0,
+            gpu_share=0.5 if (passes.values or share) else 1.0, share_devices=share,
             device_settings=tuple(device_settings(cfg, device, hardware.varlen_attention)),
             max_model_len=cfg.data.max_prompt_length + max(r.max_new_tokens, cfg.eval.max_new_tokens))
 
@@ -174,10 +183,12 @@ class RunPlan:
 
 
 def world_size_for(cfg: Any, device: str, gpu_count: int) -> int:
-    """Actor workers (data-parallel ranks); with trainer.mode=async the rollout workers' GPUs are not counted."""
+    """Actor workers (data-parallel ranks); with trainer.mode=async the rollout workers' GPUs are not counted (unless
+    ``async_rollout.share_devices``: the actor gets every GPU and the replicas share them)."""
     if cfg.trainer.num_workers:
         return cfg.trainer.num_workers
-    rollout_gpus = cfg.async_rollout.num_rollout_workers if cfg.trainer.mode == "async" else 0
+    separate = cfg.trainer.mode == "async" and not cfg.async_rollout.share_devices
+    rollout_gpus = cfg.async_rollout.num_rollout_workers if separate else 0
     return max(1, gpu_count - rollout_gpus) if device == "cuda" else 1
 
 

@@ -108,7 +108,8 @@ def _totals(cluster: Cluster) -> Dict[str, float]:
 def resolve_layout(cfg: Any, cluster: Cluster) -> Layout:
     """The pools (sizes resolved) and roles of ``cfg`` on ``cluster``; LayoutError for a role mapped to a pool that
     has no size. A pool's ``workers: 0`` means: the actor's pool, ``trainer.num_workers`` or else the GPUs the other
-    pools leave (1 on a cluster without GPUs); the async rollout pool, ``async_rollout.num_rollout_workers``."""
+    pools leave (1 on a cluster without GPUs); the async rollout pool, ``async_rollout.num_rollout_workers``. With
+    ``async_rollout.share_devices`` the rollout replicas are on the actor's pool (half of each bundle each)."""
     spec = placement_config(cfg.placement)
     preset = spec.preset if spec.preset != "auto" else cfg.trainer.mode
     base = PLACEMENT_PRESETS[preset]
@@ -116,6 +117,8 @@ def resolve_layout(cfg: Any, cluster: Cluster) -> Layout:
     for name, override in spec.pools.items():
         pools[name] = {**pools.get(name, {"workers": 1, "gpus": 0, "cpus": 1}), **override}
     mapping = {**base["roles"], **spec.roles}
+    if cfg.trainer.mode == "async" and cfg.async_rollout.share_devices:  # replica r on actor rank r's bundle
+        mapping["async_rollout"] = mapping["actor"]
     used = active_roles(cfg)
     roles = {role: mapping.get(role, mapping["actor"]) for role in used}
     total_gpus = _totals(cluster).get("GPU", 0.0)

@@ -42,9 +42,13 @@ class WorkerGroup:
 
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
                  init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1,
+                 bundle_room: Optional[Dict[str, float]] = None, on_bundles_of: Optional["WorkerGroup"] = None,
                  max_concurrency: int = 1) -> None:
         """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU. ``engine_ranks``: ranks
         that share one rollout engine (``rollout.tensor_parallel_size``); ranks r*T .. r*T+T-1 form engine r.
+        ``bundle_room``: each bundle reserved larger than this group's rank asks for (room for a group placed on it
+        later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r of that group's placement group (its
+        ``bundle_room`` holds both; ``async_rollout.share_devices``: replica r on actor rank r's GPU).
         ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
         weights while generating); their calls need not run in the order issued.
 
@@ -57,7 +61,14 @@ class WorkerGroup:
         self.engine_ranks = engine_ranks
         gpus = gpu_fraction if use_gpu else 0
         bundle = {"CPU": cpus_per_worker, **({"GPU": gpus} if use_gpu else {})}
-        self.placement_group = reserve_bundles(world_size, bundle)
+        self.owns_group = on_bundles_of is None
+        if on_bundles_of is not None:
+            if world_size > on_bundles_of.world_size:
+                raise ValueError(f"{world_size} {worker_cls.__name__} ranks cannot share the {on_bundles_of.world_size} "
+                                 f"bundles of {on_bundles_of.worker_cls.__name__}")
+            self.placement_group = on_bundles_of.placement_group
+        else:
+            self.placement_group = reserve_bundles(world_size, {**bundle, **(bundle_room or {})})
         master_addr, master_port = rendezvous_address(self.placement_group)
         remote_cls = ray.remote(worker_cls)
         env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
@@ -193,7 +204,8 @@ class WorkerGroup:
             ray.kill(w)
         if self.stack_files:  # the scratch dump files (a dump asked for was kept in the run's stacks/)
             shutil.rmtree(self.stack_files[0].parent, ignore_errors=True)
-        remove_placement_group(self.placement_group)
+        if self.owns_group:  # a group placed on another's bundles leaves them to their owner
+            remove_placement_group(self.placement_group)
 
 
 class GenerationError(RuntimeError):

@@ -2,7 +2,8 @@
 (``reasonrl.memory``: each phase's expected peak per GPU, term by term), without loading anything — also on a machine
 without a GPU, for a named device size. Exit status 0 when it fits, 1 when a phase does not (with what would make it
 fit), 2 for bad input (a config key, a device size, a model whose config.json cannot be read offline). Token
-budgets set to ``auto`` are resolved first and printed; async mode adds a rollout worker's GPU."""
+budgets set to ``auto`` are resolved first and printed; async mode adds a rollout worker's GPU (with
+``async_rollout.share_devices`` the replica's engine is in the one GPU plan instead)."""
 from __future__ import annotations
 
 import sys
@@ -63,7 +64,8 @@ def plan_main(overrides: Sequence[str], device_gib: Optional[float], gpus: Optio
         plan = plan_memory(cfg, model_config, device_bytes, run)
         host = plan_host_memory(cfg, model_config, host_gib * GIB if host_gib else host_memory_bytes(), world,
                                 threshold=ray_kill_threshold()) if cfg.trainer.mode != "async" else None
-        rollout = plan_rollout_worker(cfg, model_config, device_bytes, run) if run.is_async else None
+        separate = run.is_async and not run.share_devices  # shared: the replica's engine is in the GPU's plan
+        rollout = plan_rollout_worker(cfg, model_config, device_bytes, run) if separate else None
     except AutoBudgetError as exc:
         print(f"does not fit: {exc}")
         return 1

@@ -13,6 +13,8 @@ it as a table; ``largest_fitting_token_budget`` and ``fit_suggestions`` say what
 - ``fit.py``: the table and the "what would make it fit" search;
 - ``auto.py``: ``*.max_tokens_per_micro_batch=auto``, the largest token budget that fits (``resolve_auto_budgets``);
 - ``rollout_worker.py``: an async rollout worker's device, the engine alone (``plan_rollout_worker``).
+- ``shared_gpu.py``: a GPU an actor rank shares with a rollout replica (``async_rollout.share_devices``), the
+  replica's engine resident in every phase (``plan_memory`` adds it).
 
 docs/performance.md ("Will it fit? The memory plan") compares the plan with the H200 runs in benchmarks/results/.
 

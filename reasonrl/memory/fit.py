@@ -60,7 +60,8 @@ def largest_fitting_token_budget(cfg: Any, model_config: Mapping[str, Any], devi
 def fit_suggestions(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
                     plan: Optional[RunPlan] = None) -> List[str]:
     """What would make an over-full layout fit, each change tried alone: a token budget, gradient checkpointing,
-    offloading the optimizer / actor / reference, a lower engine share. Empty when it fits already."""
+    offloading the optimizer / actor / reference, a lower engine share (``async_rollout.engine_memory_fraction`` on a
+    GPU shared with a replica). Empty when it fits already."""
     p = plan or one_gpu_plan(cfg)
     if plan_memory(cfg, model_config, device_bytes, p).fits:
         return []
@@ -76,6 +77,13 @@ def fit_suggestions(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any
         if not getattr(getattr(cfg, section), next(iter(change))):
             if plan_memory(_with(cfg, section, **change), model_config, device_bytes, p).fits:
                 out.append(text)
+    if p.share_devices:  # the replica's share of the GPU (shared_gpu.py); rollout.gpu_memory_utilization is not used
+        for lower in (0.4, 0.3, 0.2, 0.1):
+            if lower < cfg.async_rollout.engine_memory_fraction and plan_memory(
+                    _with(cfg, "async_rollout", engine_memory_fraction=lower), model_config, device_bytes, p).fits:
+                out.append(f"async_rollout.engine_memory_fraction={lower}")
+                break
+        return out
     util = cfg.rollout.gpu_memory_utilization
     for lower in (0.4, 0.3, 0.2):
         if lower < util and plan_memory(_with(cfg, "rollout", gpu_memory_utilization=lower), model_config,

@@ -116,7 +116,10 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
     ``actor.adamw_impl``). The weight sync holds the engine's weights, one bucket (``rollout.weight_sync_bucket_mb``)
     and the largest full parameter before the KV cache wakes. ``trainer.mode=async``: no engine on the actor's
     devices; its ``weight_send`` phase (rank 0 broadcasting) holds a bucket (at least the largest full parameter,
-    which travels alone when larger), its packed copy and the next gathered parameter.
+    which travels alone when larger), its packed copy and the next gathered parameter. With
+    ``async_rollout.share_devices`` a replica's engine shares the GPU, resident in every phase
+    (``shared_gpu.with_resident_engine``: at ``async_rollout.engine_memory_fraction``, one more CUDA context, its
+    receive buffer in the weight phase).
 
     LoRA (``actor.lora.rank`` > 0; Pa adapter parameters, ``ModelShape.lora_parameters``): the actor's shards hold
     the frozen base and the adapters (4(P + Pa)/W); AdamW moments and gradients exist for the adapters only (8Pa/W,
@@ -246,5 +249,12 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
         send = resident("weight_send")
         send["weight send: bucket, its packed copy, next full parameter"] = 2 * max(bucket, largest) + largest
         phases.append(PhasePlan("weight_send", send, overhead, dev))
+    if p.share_devices:  # a replica's engine on this GPU too, awake in every phase (shared_gpu.py)
+        from .shared_gpu import with_resident_engine
+
+        replica_rows = max(1, p.batch.responses_per_step // max(1, p.rollout_workers))
+        phases, shared = with_resident_engine(phases, cfg, shape, p.device, dev, dt, replica_rows, P,
+                                              max(bucket, largest))
+        notes = notes + shared
     return MemoryPlan(phases, dev, P, notes)
 

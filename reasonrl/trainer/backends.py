@@ -74,19 +74,26 @@ class RayBackend:
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
+        # async_rollout.share_devices: each actor bundle has room for a replica (rank r's GPU, the same CPUs again)
+        room = {"CPU": 2 * cpus, **({"GPU": 1.0} if cuda else {})} if plan.share_devices else None
         with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
-                                        gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks), layout=layout)
+                                        gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks,
+                                        bundle_room=room), layout=layout)
             groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
                                             gpu_fraction=plan.gpu_share)
-            if plan.is_async:  # rollout workers on devices of their own
+            rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
+            concurrency = 2 if cfg.rollout.partial else 1  # partial rollouts: weights staged while generating
+            if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
+                groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
+                                              gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
+                                              max_concurrency=concurrency)
+            elif plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,
-                                              {"config": to_dict(cfg), "model_path": model_path,
-                                               "plan": plan.for_workers()},
-                                              max_concurrency=2 if cfg.rollout.partial else 1)
+                                              rollout_kwargs, max_concurrency=concurrency)
         return groups
 
 

@@ -53,14 +53,18 @@ def check_memory_plan(cfg: Config, plan: RunPlan, model_config: Mapping[str, Any
                       echo=print, host_bytes: Optional[float] = None, ranks_on_host: Optional[int] = None) -> None:
     """The memory plan of ``cfg`` (the plan's ``run_config``: token budgets resolved) under ``plan``, printed;
     ConfigError naming the phases that do not fit, the numbers and what would make them fit, unless
-    ``trainer.ignore_memory_plan``. Async mode plans a rollout worker's GPU too. With ``host_bytes`` the host's
+    ``trainer.ignore_memory_plan``. Async mode plans a rollout worker's GPU too (with
+    ``async_rollout.share_devices`` the replica's engine is in the actor's GPU plan, and the message names the
+    engine's share). With ``host_bytes`` the host's
     memory is planned as well (``plan_host_memory``: offloaded shards, a sleeping engine) for ``ranks_on_host`` ranks
     (default all)."""
     from reasonrl.memory import GIB, fit_suggestions, plan_memory, plan_rollout_worker, render_plan
+    from reasonrl.memory.shared_gpu import describe_share
 
     memory = plan_memory(cfg, model_config, device_bytes, plan)
     echo(render_plan(memory))
-    rollout = plan_rollout_worker(cfg, model_config, device_bytes, plan) if plan.is_async else None
+    separate = plan.is_async and not plan.share_devices  # shared: the replica's engine is in the plan above
+    rollout = plan_rollout_worker(cfg, model_config, device_bytes, plan) if separate else None
     if rollout is not None:
         echo("rollout worker GPU (trainer.mode=async): " + render_plan(rollout))
         memory.phases += [replace(p, name=f"rollout worker {p.name}") for p in rollout.phases]
@@ -71,7 +75,8 @@ def check_memory_plan(cfg: Config, plan: RunPlan, model_config: Mapping[str, Any
         return
     over = ", ".join([f"{p.name} {p.total / GIB:.1f} GiB" for p in memory.phases if not p.fits] + memory.notes)
     fixes = fit_suggestions(cfg, model_config, device_bytes, plan)
-    raise ConfigError(f"the memory plan does not fit the device's {device_bytes / GIB:.1f} GiB: {over}"
+    shared = f" ({describe_share(cfg, device_bytes)})" if plan.share_devices else ""
+    raise ConfigError(f"the memory plan does not fit the device's {device_bytes / GIB:.1f} GiB{shared}: {over}"
                       + (f"; each of these would make it fit: {', '.join(fixes)}" if fixes else
                          "; no single change makes it fit (more GPUs, a smaller model or shorter sequences)")
                       + "; trainer.ignore_memory_plan=true starts anyway")

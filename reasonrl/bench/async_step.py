@@ -1,0 +1,97 @@
+"""What ``benchmarks/gpu_async_step.py`` adds to the real training step of both modes it compares (colocated
+synchronous, and fully asynchronous on one GPU with ``async_rollout.share_devices``), without changing it.
+
+* ``BenchRolloutWorker`` is ``RolloutWorker`` plus ``bench_set_lengths`` (the per-sample response lengths of
+  ``reasonrl/bench/lengths.py`` on the replica's own vLLM ``LLM.generate``, as ``BenchWorker`` does for the colocated
+  engine) and ``bench_memory``; the trainer gets it through ``RayBackend(rollout_worker=...)``.
+* ``step_record`` turns one ``Trainer.train_step``'s metrics and its wall seconds into the benchmark's record: the
+  tokens of the batch it trained (prompt + response: ``perf/tokens_per_s`` x ``timing_s/step``), its response tokens
+  (``perf/rollout_tokens_per_s`` x ``timing_s/rollout``), both per wall second, the phases' seconds, and the
+  version-lag counters (``admission/lag_tokens/<k>``, ``admission/lag_groups/<k>``, when the run has them) and
+  ``async/staleness``.
+* ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
+  of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
+  staleness of each step counted.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from reasonrl.workers.dispatch import ONE_TO_ALL, dispatch
+from reasonrl.workers.rollout_worker import RolloutWorker
+
+LAG_PREFIXES = ("admission/lag_tokens/", "admission/lag_groups/")
+GIB = float(1 << 30)
+
+
+class BenchRolloutWorker(RolloutWorker):
+    """RolloutWorker plus per-sample response lengths and a memory probe (see the module docstring)."""
+
+    @dispatch(ONE_TO_ALL)
+    def bench_set_lengths(self, lengths: List[int]) -> int:
+        """Every generate call of this replica's vLLM engine that ignores EOS gives its j-th sample ``lengths[j]``
+        tokens (``with_per_sample_lengths``); a call holding the whole round takes the whole list. Returns its
+        length."""
+        if not hasattr(self.host.engine, "llm"):
+            raise ValueError("per-sample response lengths need the vLLM engine (rollout.engine=vllm)")
+        from reasonrl.bench.lengths import with_per_sample_lengths
+
+        llm = self.host.engine.llm
+        llm.generate = with_per_sample_lengths(type(llm).generate.__get__(llm), list(lengths))
+        return len(lengths)
+
+    @dispatch(ONE_TO_ALL)
+    def bench_memory(self) -> Dict[str, float]:
+        """GiB: the device's used and total memory as this process sees it (empty on a CPU)."""
+        if self.device != "cuda":
+            return {}
+        free, total = torch.cuda.mem_get_info()
+        return {"device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB}
+
+
+def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:
+    """One step's record (see the module docstring)."""
+    timing = {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith("timing_s/")}
+    trained = float(metrics["perf/tokens_per_s"]) * timing["step"]
+    response = float(metrics.get("perf/rollout_tokens_per_s", 0.0)) * timing.get("rollout", 0.0)
+    record: Dict[str, Any] = {
+        "wall_s": wall_s, "trained_tokens": round(trained), "response_tokens": round(response),
+        "trained_tokens_per_s": trained / wall_s, "response_tokens_per_s": response / wall_s, "seconds": timing,
+        "lag": {k: float(v) for k, v in metrics.items() if k.startswith(LAG_PREFIXES)},
+    }
+    if "async/staleness" in metrics:
+        record["staleness"] = float(metrics["async/staleness"])
+    return record
+
+
+def spread(values: List[float]) -> Dict[str, float]:
+    """Median, min, quartiles and max of ``values`` (one or more)."""
+    ordered = sorted(values)
+    quartiles = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else ordered * 3
+    return {"median": statistics.median(ordered), "min": ordered[0], "p25": quartiles[0], "p75": quartiles[2],
+            "max": ordered[-1]}
+
+
+def lag_histogram(timed: List[Dict[str, Any]], before: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    """The admission counters' growth over the timed steps: last timed step minus ``before`` (the last warm-up
+    step's record; None: from zero). Empty when the run reports none."""
+    last = timed[-1]["lag"]
+    base = before["lag"] if before else {}
+    return {k: v - base.get(k, 0.0) for k, v in sorted(last.items())}
+
+
+def summarize(timed: List[Dict[str, Any]], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The timed steps' summary (see the module docstring)."""
+    out = {"steps": len(timed),
+           "trained_tokens_per_s": spread([r["trained_tokens_per_s"] for r in timed]),
+           "response_tokens_per_s": spread([r["response_tokens_per_s"] for r in timed]),
+           "wall_s": spread([r["wall_s"] for r in timed]),
+           "lag_histogram": lag_histogram(timed, before)}
+    staleness = [r["staleness"] for r in timed if "staleness" in r]
+    if staleness:
+        out["staleness_steps"] = {str(int(k)): n for k, n in sorted(Counter(staleness).items())}
+    return out

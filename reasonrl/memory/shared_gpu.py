@@ -1,0 +1,57 @@
+"""``async_rollout.share_devices``: one GPU holds an actor rank and a rollout replica's engine, both resident.
+
+The replica's engine never sleeps (it generates while the actor trains), so every phase of the actor's step
+(``plan_memory``'s async phases: its own rollout wait, log-probs, reference, update, weight send) has the engine's
+terms beside the trainer's: vLLM on a GPU takes ``async_rollout.engine_memory_fraction`` x the device (its weights
+P dt and, the rest, KV cache and workspace; it cannot start when that leaves no room for one sequence's KV cache);
+the hf engine a dt copy of the weights and the generate KV cache of its share of a step's samples. The replica is a
+process of its own: one more CUDA context. The weight phase adds the replica's receive buffer (one packed bucket,
+or the largest full parameter when that is larger), as on a rollout worker's own GPU (``plan_rollout_worker``).
+With separate pools (``share_devices`` off) each pool is planned on its own (``plan_memory``, ``plan_rollout_worker``)
+and none of this applies.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, List, Tuple
+
+from .shape import ModelShape
+from .terms import CUDA_CONTEXT_BYTES, engine_terms
+
+FRACTION_KEY = "async_rollout.engine_memory_fraction"
+REPLICA = "replica "
+"""The prefix of the replica's terms in the plan's table."""
+
+
+def engine_fraction(cfg: Any) -> float:
+    """The replica engine's share of a shared GPU (``async_rollout.engine_memory_fraction``)."""
+    return float(cfg.async_rollout.engine_memory_fraction)
+
+
+def with_resident_engine(phases: List[Any], cfg: Any, shape: ModelShape, device: str, device_bytes: float, dt: int,
+                         rows: int, P: int, bucket: float) -> Tuple[List[Any], List[str]]:
+    """``phases`` (the actor rank's, ``PhasePlan``) each with the replica's engine resident beside it (see the module
+    docstring), and the notes that refuse the layout whatever the totals. ``rows``: the replica's share of a step's
+    samples; ``bucket``: the weight receive buffer's bytes."""
+    engine_cfg = replace(cfg, rollout=replace(cfg.rollout, gpu_memory_utilization=engine_fraction(cfg)))
+    engine, generating, _, notes = engine_terms(engine_cfg, shape, 1, device, device_bytes, dt, rows, P)
+    notes = [n.replace("rollout.gpu_memory_utilization", FRACTION_KEY) for n in notes]
+    resident = {REPLICA + k: v for k, v in {**engine, **generating}.items()}
+    context = CUDA_CONTEXT_BYTES if device == "cuda" else 0.0
+    out = []
+    for p in phases:
+        terms = {**p.terms, **resident}
+        if p.name == "weight_send":
+            terms[REPLICA + "weight receive buffer (one packed bucket)"] = bucket
+        out.append(replace(p, terms=terms, overhead=p.overhead + context))
+    return out, notes
+
+
+def describe_share(cfg: Any, device_bytes: float) -> str:
+    """What a shared GPU holds, for the refusal's message: the keys and the engine's figure."""
+    from .terms import GIB
+
+    fraction = engine_fraction(cfg)
+    return (f"async_rollout.share_devices=true: each GPU holds an actor rank and a replica's engine, awake together; "
+            f"{FRACTION_KEY}={fraction:g} gives the engine {fraction * device_bytes / GIB:.1f} GiB of "
+            f"{device_bytes / GIB:.1f}, the trainer the rest")

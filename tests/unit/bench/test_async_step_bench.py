@@ -1,0 +1,69 @@
+"""The same-GPU async benchmark's library (reasonrl/bench/async_step.py): a step's record and the timed steps'
+summary from train_step metrics (numbers by hand), and (slow) benchmarks/gpu_async_step.py's CPU dry run of the
+same-GPU async mode through the real trainer, Ray and the hf engine, writing its JSON."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from paths import REPO
+
+from reasonrl.bench.async_step import lag_histogram, spread, step_record, summarize
+
+
+def metrics(step_s, tokens_per_s, lag0, lag1, staleness=None):
+    out = {"timing_s/rollout": 1.0, "timing_s/update_actor": 2.0, "timing_s/step": step_s,
+           "perf/tokens_per_s": tokens_per_s, "perf/rollout_tokens_per_s": 300.0,
+           "admission/lag_tokens/0": lag0, "admission/lag_tokens/1": lag1, "admission/in_flight": 3.0}
+    if staleness is not None:
+        out["async/staleness"] = staleness
+    return out
+
+
+def test_step_record_counts_the_trained_batch_per_wall_second():
+    rec = step_record(metrics(4.0, 250.0, 10.0, 5.0, staleness=1.0), wall_s=5.0)
+    assert rec["trained_tokens"] == 1000  # 250 tok/s x 4 s of step
+    assert rec["trained_tokens_per_s"] == 200.0  # per wall second around train_step: 1000 / 5
+    assert rec["response_tokens"] == 300 and rec["response_tokens_per_s"] == 60.0  # 300 tok/s x 1 s rollout, / 5
+    assert rec["seconds"] == {"rollout": 1.0, "update_actor": 2.0, "step": 4.0}
+    assert rec["lag"] == {"admission/lag_tokens/0": 10.0, "admission/lag_tokens/1": 5.0}  # in_flight is not a lag
+    assert rec["staleness"] == 1.0
+
+
+def test_summary_median_spread_and_the_lag_counters_growth():
+    assert spread([4.0, 1.0, 3.0, 2.0]) == {"median": 2.5, "min": 1.0, "p25": 1.75, "p75": 3.25, "max": 4.0}
+    assert spread([7.0]) == {"median": 7.0, "min": 7.0, "p25": 7.0, "p75": 7.0, "max": 7.0}
+    warm = step_record(metrics(1.0, 100.0, 100.0, 0.0, staleness=0.0), 1.0)
+    timed = [step_record(metrics(1.0, r, 100.0 + 50 * i, 20.0 * i, staleness=1.0), 1.0)
+             for i, r in enumerate((300.0, 100.0, 200.0), start=1)]
+    # the admission counters are cumulative: the last timed step (250, 60) minus the warm-up's (100, 0)
+    assert lag_histogram(timed, warm) == {"admission/lag_tokens/0": 150.0, "admission/lag_tokens/1": 60.0}
+    assert lag_histogram(timed, None)["admission/lag_tokens/0"] == 250.0
+    s = summarize(timed, warm)
+    assert s["steps"] == 3 and s["trained_tokens_per_s"]["median"] == 200.0
+    assert (s["trained_tokens_per_s"]["min"], s["trained_tokens_per_s"]["max"]) == (100.0, 300.0)
+    assert s["staleness_steps"] == {"1": 3}
+
+
+@pytest.mark.slow  # Ray, the actor and a replica on the CPU: about 35 s on the shared 2-core machine
+def test_cpu_dry_run_of_the_same_gpu_async_mode(tmp_path):
+    out = tmp_path / "async.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_async_step.py"), "--shape", "tiny", "--engine", "hf",
+           "--length-dist", "fixed", "--modes", "async", "--prompts", "2", "--n", "2", "--prompt-len", "16",
+           "--response-len", "16", "--steps", "2", "--warmup", "1", "--micro-batch", "4",
+           "--model-dir", str(tmp_path / "model"), "--out", str(out),
+           "--async-set", "trainer.mode=async", "--async-set", "fleet.enabled=true",
+           "--async-set", "async_rollout.share_devices=true"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "main: 1 worker(s) x 1 CPU (actor, async_rollout)" in proc.stdout  # the replica on the actor's pool
+    result = json.loads(out.read_text())
+    entry = result["modes"]["async"]
+    assert result["status"] == "ok" and entry["plan"]["share_devices"] and entry["plan"]["rollout_workers"] == 1
+    assert len(entry["steps"]) == 2 and entry["summary"]["steps"] == 2
+    for step in entry["steps"]:
+        assert step["trained_tokens"] == 2 * 2 * (16 + 16)  # every response 16 tokens: ignore_eos on the plan
+        assert step["trained_tokens_per_s"] == pytest.approx(step["trained_tokens"] / step["wall_s"])
