@@ -10,7 +10,10 @@ validation step. The variants:
 - ``colocated``: the default loop (baseline);
 - ``packing``: padding-free micro-batches and token-budget micro-batches for the actor and the reference
   (``actor.use_packing=true``, ``actor.max_tokens_per_micro_batch``, ``ref.max_tokens_per_micro_batch``);
-- ``async``: ``trainer.mode=async`` with one rollout worker one step ahead (truncated importance sampling on).
+- ``async``: ``trainer.mode=async`` with one rollout worker one step ahead (truncated importance sampling on);
+- ``fleet_k<k>`` and ``fleet_k<k>_partial`` (issue #48): one fleet replica generating continuously
+  (``fleet.continuous``), admission bounding the lag at ``async_rollout.max_staleness=k`` (k = 0, 1, 2, 4), without
+  and with partial rollouts (``rollout.partial``, segments of 16 tokens).
 
 At each validation step the difference of the seed-mean accuracies is "within noise" when it is at most twice the
 larger of (a) the binomial standard error of a difference of two accuracies on the held-out prompts and (b) the
@@ -35,7 +38,14 @@ VARIANTS: Dict[str, List[str]] = {
     "colocated": [],
     "packing": ["actor.use_packing=true", "actor.max_tokens_per_micro_batch=2048", "ref.max_tokens_per_micro_batch=2048"],
     "async": ["trainer.mode=async", "async_rollout.num_rollout_workers=1", "async_rollout.max_staleness=1"],
+    **{f"fleet_k{k}{'_partial' if partial else ''}":
+       ["trainer.mode=async", "async_rollout.num_rollout_workers=1", "fleet.enabled=true", "fleet.continuous=true",
+        f"async_rollout.max_staleness={k}", *(["rollout.partial=true", "rollout.partial_segment_tokens=16"]
+                                               if partial else [])]
+       for k in (0, 1, 2, 4) for partial in (False, True) if k or not partial},
 }
+ON_RAY = {name for name, keys in VARIANTS.items() if "trainer.mode=async" in keys}
+"""The variants that need the Ray backend (their rollout workers are Ray actors)."""
 
 
 def val_by_step(result: Dict) -> Dict[int, List[float]]:
@@ -63,7 +73,7 @@ def compare(base: Dict, other: Dict, val_size: int) -> List[Dict]:
 
 def read_saved(name: str, args: argparse.Namespace, overrides: List[str]) -> Dict:
     """An earlier invocation's results for one variant, refused unless it ran what this invocation would run."""
-    path = RESULTS / "learning_parity" / f"{name}.json"
+    path = RESULTS / Path(args.out).stem / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"--saved {name}: {path} does not exist (train it first)")
     saved = json.loads(path.read_text())
@@ -91,6 +101,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "(same seeds, steps and overrides; checked) instead of trained now")
     parser.add_argument("--driver", choices=["ray", "local"], default="ray",
                         help="learning_curve.py's driver for the colocated variants (async always runs on Ray)")
+    parser.add_argument("--out", default=str(RESULTS / "learning_parity.json"),
+                        help="the comparison's JSON; each variant's runs go to results/<its stem>/<variant>.json")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every variant (after --)")
     args = parser.parse_args(argv)
 
@@ -102,11 +114,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in args.variants:
         if name in results:
             continue
-        out = RESULTS / "learning_parity" / f"{name}.json"
+        out = RESULTS / Path(args.out).stem / f"{name}.json"  # beside the comparison, in a folder of its name
         cli = ["--algorithm", "grpo", "--seeds", *map(str, args.seeds), "--steps", str(args.steps),
                "--val-every", str(args.val_every), "--val-size", str(args.val_size),
                "--runs-dir", str(Path(args.runs_dir) / name), "--out", str(out), "--note", f"learning parity: {name}",
-               "--driver", "ray" if name == "async" else args.driver]
+               "--driver", "ray" if name in ON_RAY else args.driver]
         if args.reuse:
             cli.append("--reuse")
         if learning_curve.main([*cli, "--", *common, *VARIANTS[name]]) != 0:
@@ -124,7 +136,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if name != "colocated":
                 rows = compare(base, res, args.val_size)
                 report["comparisons"][name] = {"rows": rows, "all_within_noise": all(r["within_noise"] for r in rows)}
-    out = RESULTS / "learning_parity.json"
+    out = Path(args.out)
     out.write_text(json.dumps(report, indent=2))
     for name, cmp in report["comparisons"].items():
         diffs = ", ".join(f"{r['step']}: {r['difference']:+.3f}" for r in cmp["rows"])

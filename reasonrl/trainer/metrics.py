@@ -139,9 +139,19 @@ def behaviour_gap_metrics(cfg, batch: Batch, mask: torch.Tensor) -> Dict[str, fl
 
 
 def with_version_lag(batch: Batch, samples: List[Any], step: int) -> Batch:
-    """``batch`` with ``version_lag`` [B] (``step`` minus the weight version that generated each sample) when the
-    samples carry their version (``trainer.mode=async``); as it is otherwise."""
-    if samples and samples[0].weights_version is not None:
+    """``batch`` with ``version_lag`` (``step`` minus the weight version that generated each sample) when the
+    samples carry their version (``trainer.mode=async``): [B], or [B, T] per response token when partial rollouts
+    recorded each token's version (padding gets the sample's oldest); as it is otherwise."""
+    if not samples or samples[0].weights_version is None:
+        return batch
+    if any(s.token_versions for s in samples):
+        width = batch["response_mask"].shape[1]
+        lag = torch.tensor([[step - s.weights_version] * width for s in samples])
+        for i, s in enumerate(samples):
+            if s.token_versions:
+                lag[i, :len(s.token_versions)] = torch.tensor([step - v for v in s.token_versions])
+        batch["version_lag"] = lag
+    else:
         batch["version_lag"] = torch.tensor([step - s.weights_version for s in samples])
     return batch
 
