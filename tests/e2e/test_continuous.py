@@ -3,7 +3,7 @@ all the time, paced by admission (``async_rollout.max_staleness``); plumbing (pa
 the ledger across a stop and a resume), not learning.
 
 Run A (k = 1, whole responses): 4 steps; replica1 is killed (SIGKILL, fault point ``fleet.replica1.generate#2``)
-as its second call is sent. Run B (k = 2, ``rollout.partial`` in segments of 2 tokens): stopped by Ctrl-C as step 2
+as its second call is sent. Run B (k = 2, ``rollout.partial`` in segments of 2 tokens, LoRA: adapters staged on the replicas): stopped by Ctrl-C as step 2
 begins (it finishes step 2, saves it and stops), then resumed to 4 steps from that checkpoint.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def run_a(tmp_path_factory, ray_session, tiny_policy):
 def run_b(tmp_path_factory, ray_session, tiny_policy):
     out = tmp_path_factory.mktemp("continuous") / "b"
     args = ["trainer.total_steps=4", "trainer.save_every=0", "async_rollout.max_staleness=2", "rollout.partial=true",
-            "rollout.partial_segment_tokens=2"]
+            "rollout.partial_segment_tokens=2", "actor.lora.rank=4"]
     stopped = run(tiny_policy, args, out, fault="step.begin#2=sigint")
     pending = None
     ckpt = out / "checkpoints" / "step_000002"
