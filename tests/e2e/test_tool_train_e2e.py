@@ -27,18 +27,22 @@ def copy_rows(count: int):
              "extra_info": {"split": "train", "index": i}} for i in range(count)]
 
 
-@pytest.mark.parametrize("algorithm, backend", [("grpo", "ray"), ("ppo", "in-process")])
+@pytest.mark.parametrize("algorithm, backend", [("grpo", "ray-fleet"), ("ppo", "in-process")])
 def test_math_tool_trains_two_steps(tmp_path, model_path, algorithm, backend):
-    """GRPO runs the command itself (Ray, the worker in a Ray actor); PPO runs the command's ``main`` in this process
-    with ``trainer.backends.InProcessBackend``: the same loop, workers and sandbox without starting Ray, which the
-    critic's group on Ray does not need here (tests/unit/workers/test_critic_worker.py runs it)."""
+    """GRPO runs the command itself on Ray, its rollouts multi-turn trajectories through the continuous fleet (one
+    replica, ``fleet.continuous``, one batch ahead): the tool loop runs inside the replica, and the ledger shows every
+    prompt trained once. PPO runs the command's ``main`` in this process with ``trainer.backends.InProcessBackend``:
+    the colocated loop, workers and sandbox without starting Ray, which the critic's group on Ray does not need here
+    (tests/unit/workers/test_critic_worker.py runs it)."""
     out = tmp_path / "run"
     train = write_parquet(copy_rows(4), tmp_path / "copy.parquet")
     args = ["task=math_tool", f"algorithm={algorithm}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
             "rollout.max_new_tokens=32", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
             "trainer.total_steps=2", "trainer.save_every=0", f"trainer.output_dir={out}", f"data.train_files=[{train}]",
             "trainer.logger=[console,jsonl]"]
-    if backend == "ray":
+    if backend == "ray-fleet":
+        args += ["trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true",
+                 "async_rollout.num_rollout_workers=1", "async_rollout.max_staleness=1"]
         proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
                               timeout=1800)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -56,3 +60,8 @@ def test_math_tool_trains_two_steps(tmp_path, model_path, algorithm, backend):
         assert 0 < r["response_length/mean"] <= 32
     assert sum(r["tool/calls"] for r in rows) >= 1  # some trajectories ran code, and trained with tool turns
     assert any(r["tool/output_token_fraction"] > 0 for r in rows)
+    if backend == "ray-fleet":
+        from reasonrl.trainer.fleet_source import ledger_summary
+
+        assert all(r["async/staleness"] in (0.0, 1.0) for r in rows)
+        assert ledger_summary(out / "fleet") == {"pending": 0, "issued": 0, "done": 0, "trained": 4, "failed": 0}
