@@ -329,11 +329,13 @@ class FleetSource:
               f"{self.health.policy.restart_budget}", flush=True)
 
     def _respawn(self, name: str) -> None:
-        """A new actor for ``name`` on its bundle, holding the current weights before its first request; then it
-        takes work again."""
+        """A new actor for ``name`` on its bundle, started and holding the current weights before its first request;
+        then it takes work again."""
         actor = self.rollouts.respawn(replica_rank(name))
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
+        else:  # up before it counts as a replica: its start-up is not charged to the next publish's watchdog
+            ray.get(actor.__ray_ready__.remote())
         self.router.add(name)
 
 
