@@ -17,7 +17,15 @@ Points in the code: ``group.<method>`` (the controller has sent ``<method>`` to 
 worker of that rank, before it generates: ``sigkill`` is a crashed worker),
 ``checkpoint.written`` (the workers wrote their checkpoint files; ``trainer_state.json`` not yet),
 ``checkpoint.saved`` (a checkpoint is complete), ``step.begin`` (the trainer is about to start a step),
-``eval.batch_stored`` (eval appended a verified batch to ``samples.jsonl``).
+``step.round_taken`` (the step's round is verified, before the update), ``step.updated`` (the actor updated, the
+weights not published yet), ``step.published`` (the weights published; with the fleet the round is ``trained`` in its
+ledger; the metrics row and the checkpoint not written yet), ``eval.batch_stored`` (eval appended a verified batch to
+``samples.jsonl``). The fleet (``trainer/fleet_source.py``): ``fleet.replica<r>.generate`` and
+``fleet.replica<r>.load_published`` (the trainer is about to send that call to the replica; the action runs in the
+replica's process first: ``sigkill`` is a crashed replica), ``fleet.round_issued`` (every prompt of the round handed to
+a replica, none answered yet), ``fleet.replica_lost`` (a lost replica's prompts revoked and its restart booked, not
+issued again yet), ``fleet.ledger_saved`` (a checkpoint being written holds the ledger's journals; the workers' files
+not yet). docs/fleet.md's fault matrix kills the trainer, a replica or both at these points.
 Without the variable nothing happens.
 """
 from __future__ import annotations

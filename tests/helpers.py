@@ -113,18 +113,11 @@ def make_tiny_causal_lm(directory, seed: int = 0) -> str:
 
 
 def make_tiny_policy(directory, tokenizer_path: str) -> str:
-    """A 2-layer random Llama with the real SmolLM2 tokenizer (and chat template): runs the whole loop in seconds."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """A 2-layer random Llama with the real SmolLM2 tokenizer (and chat template): runs the whole loop in seconds
+    (``reasonrl.bench.shapes.tiny_policy``, which the fleet's fault matrix builds too)."""
+    from reasonrl.bench.shapes import tiny_policy
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(str(directory))
-    tok.save_pretrained(str(directory))
-    return str(directory)
+    return tiny_policy(directory, tokenizer_path)
 
 
 def cpu_worker_plan(cfg, world_size: int = 1):

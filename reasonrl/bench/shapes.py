@@ -116,6 +116,22 @@ def write_random_model(shape: str, directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+def tiny_policy(directory, tokenizer_path: str) -> str:
+    """A 2-layer random Llama (seed 0) with a real tokenizer and its chat template, saved as a HF directory: the whole
+    loop runs on it in seconds (plumbing, not learning; the tests' ``tiny_policy`` and the fleet's fault matrix)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(str(directory))
+    tok.save_pretrained(str(directory))
+    return str(directory)
+
+
 def parameter_count(shape: str) -> int:
     """Parameters of ``shape`` (tied embeddings counted once: they are also the LM head's matmul)."""
     s = SHAPES[shape]

@@ -56,8 +56,11 @@ class PromptState:
 class Ledger:
     """One epoch's prompts and their states, backed by an append-only journal (see the module docstring)."""
 
-    def __init__(self, path: Path, epoch: int, prompts: List[int]) -> None:
+    def __init__(self, path: Path, epoch: int, prompts: List[int], meta: Optional[Dict[str, Any]] = None) -> None:
         self.path, self.epoch, self.prompts = Path(path), epoch, list(prompts)
+        self.meta: Optional[Dict[str, Any]] = meta
+        """What the caller recorded in the journal's header with the prompts (JSON; the fleet: each prompt's dataset
+        position, ``data_indices``), read back from an existing journal's header."""
         self._states: Dict[int, PromptState] = {i: PromptState(PENDING) for i in self.prompts}
         self._file = None
         self.revoked_on_resume: List[int] = []
@@ -66,18 +69,21 @@ class Ledger:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, path, epoch: int, prompts: Iterable[int]) -> "Ledger":
+    def open(cls, path, epoch: int, prompts: Iterable[int], meta: Optional[Dict[str, Any]] = None) -> "Ledger":
         """The ledger of ``epoch`` over ``prompts`` (dataset indices, in the epoch's order), replayed from ``path``
-        when it exists (the journal of a previous process), else a new journal."""
+        when it exists (the journal of a previous process), else a new journal whose header holds ``meta`` too (a
+        replayed journal keeps the ``meta`` of its header)."""
         prompts = list(prompts)
         if len(set(prompts)) != len(prompts):
             raise LedgerError(f"{path}: the epoch's prompt indices repeat: each prompt must appear once")
-        ledger = cls(Path(path), epoch, prompts)
+        ledger = cls(Path(path), epoch, prompts, meta)
         lines = ledger._read_journal()
         if not lines:
-            ledger._append({"op": "epoch", "epoch": epoch, "prompts": prompts})
+            header = {"op": "epoch", "epoch": epoch, "prompts": prompts}
+            ledger._append(header if meta is None else {**header, "meta": meta})
         else:
             ledger._check_header(lines[0])
+            ledger.meta = lines[0].get("meta")
             for number, record in enumerate(lines[1:], start=2):
                 ledger._replay(record, number)
         for index in ledger.issued():

@@ -32,7 +32,7 @@ import ray
 from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
-from reasonrl.fault_points import arrive, run_in_actor
+from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
@@ -57,6 +57,19 @@ def replica_name(rank: int) -> str:
 def replica_rank(name: str) -> int:
     """The rollout worker's rank of ``replica_name(rank)``."""
     return int(name[len("replica"):])
+
+
+def journal_step(path: Path) -> int:
+    """The step of ``round_<step>.jsonl``."""
+    return int(Path(path).stem[len("round_"):])
+
+
+def drop_rounds_from(directory: Path, step: int) -> List[int]:
+    """Remove the journals of rounds ``step`` and later from ``directory``; their steps."""
+    dropped = sorted(journal_step(p) for p in Path(directory).glob("round_*.jsonl") if journal_step(p) >= step)
+    for s in dropped:
+        (Path(directory) / f"round_{s:06d}.jsonl").unlink()
+    return dropped
 
 
 def round_ledger(path: Path) -> Ledger:
@@ -142,8 +155,11 @@ class FleetSource:
 
     # ------------------------------------------------------------------ the loop's members
     def start(self, step: int) -> None:
-        """Replicas at the weights of ``step`` (they start from the base model)."""
+        """Replicas at the weights of ``step`` (they start from the base model). Journals of rounds ``step`` and later
+        (left by a run stopped before a checkpoint held them, when nothing or a checkpoint without a ledger was
+        restored) go: those rounds were not trained in this run's history and are drawn again."""
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        drop_rounds_from(self.ledger_dir, step)
         if step > 0:
             self.publish(step, PhaseTimer())
 
@@ -151,7 +167,8 @@ class FleetSource:
         prompts, indices = self.draw()
         path = self.ledger_dir / f"round_{step:06d}.jsonl"
         path.unlink(missing_ok=True)  # a round of this step drawn before a resume was never trained: drawn again
-        ledger = Ledger.open(path, step, [step * len(prompts) + k for k in range(len(prompts))])
+        ledger = Ledger.open(path, step, [step * len(prompts) + k for k in range(len(prompts))],
+                             meta={"data_indices": [int(i) for i in indices]})  # what the audit compares
         rnd = FleetRound(step, len(prompts), self.plan.training_sampling["n"], self.router, ledger)
         try:
             with timer("rollout"):
@@ -187,8 +204,12 @@ class FleetSource:
             named = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
                                  f"gathering the weights of version {version}")[0]
             self.weights, self.version = ray.put(named), version
-            calls = {replica_name(r): w.load_published.remote(self.weights, version)
-                     for r, w in enumerate(self.rollouts.workers)}
+            calls = {}
+            for r, w in enumerate(self.rollouts.workers):
+                action = arrive(f"fleet.{replica_name(r)}.load_published")  # test hook: the replica crashes here
+                if action is not None:
+                    w.__ray_call__.remote(run_in_actor, action)
+                calls[replica_name(r)] = w.load_published.remote(self.weights, version)
             for name, ref in calls.items():
                 try:
                     ray.get(ref, timeout=self.watchdog_s)
@@ -206,6 +227,7 @@ class FleetSource:
         """The ledger's journals and the fleet's counters."""
         target = Path(directory) / LEDGER_DIR
         shutil.copytree(self.ledger_dir, target, dirs_exist_ok=True)
+        fault_point("fleet.ledger_saved")
         (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": self.health.restarts,
                                                               "reissued": self.reissued}))
 
@@ -245,6 +267,7 @@ class FleetSource:
                 load[name] = load.get(name, 0) + len(positions)
 
         send(rnd.assign(range(len(prompts))))
+        fault_point("fleet.round_issued")  # test hook: the trainer stops with every prompt of the round in flight
         by_prompt: Dict[int, List[Sample]] = {}
         while calls:
             ready, _ = ray.wait(list(calls), num_returns=1, timeout=self._wait_left())
@@ -285,6 +308,7 @@ class FleetSource:
         positions = rnd.lost(name, cause)
         self.reissued += len(positions)
         self._book(name, cause)  # before anything is issued again: past the budget the run stops here
+        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
         if self.router.accepting():  # the other live replicas (the lost one left the router)
             assignment = rnd.assign(positions)
             self._respawn(name)
@@ -305,11 +329,13 @@ class FleetSource:
               f"{self.health.policy.restart_budget}", flush=True)
 
     def _respawn(self, name: str) -> None:
-        """A new actor for ``name`` on its bundle, holding the current weights before its first request; then it
-        takes work again."""
+        """A new actor for ``name`` on its bundle, started and holding the current weights before its first request;
+        then it takes work again."""
         actor = self.rollouts.respawn(replica_rank(name))
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
+        else:  # up before it counts as a replica: its start-up is not charged to the next publish's watchdog
+            ray.get(actor.__ray_ready__.remote())
         self.router.add(name)
 
 

@@ -192,6 +192,7 @@ class Trainer:
         timer = PhaseTimer(self.progress.phase if self.progress is not None else None)
         with timer("step"):
             rnd, metrics = self.take_round(timer)
+            fault_point("step.round_taken")
             samples, results = rnd.samples, rnd.results
             batch = with_version_lag(collate_samples(samples, self.tokenizer.pad_token_id), samples, self.step)
             check_failed_fraction(results, [s.verifier for s in samples], cfg.reward.max_failed_fraction,
@@ -284,11 +285,13 @@ class Trainer:
             return metrics
         with timer("update_actor"):
             update = self.workers.update_actor(batch, kl_coef=self.kl_ctrl.kl_coef)
+        fault_point("step.updated")
         self.skipped_steps.observe(update, self.step + 1)  # a run of steps that updated nothing stops
         if not self.plan.rollout_logprobs:  # without the engine's log-probs the mismatch means nothing
             update = {k: v for k, v in update.items() if not k.startswith(("rollout/logprob_diff", "offpolicy/"))}
         metrics.update(update)
         metrics.update(self.source.publish(self.step + 1, timer))
+        fault_point("step.published")
         return metrics
 
     def step_tail_metrics(self, timer: PhaseTimer, mask: torch.Tensor, batch: Batch) -> Dict[str, float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reasonrl.fleet.ledger import DONE, ISSUED, PENDING, Ledger
 from reasonrl.fleet.router import Router
-from reasonrl.trainer.fleet_source import FleetRound, ledger_summary
+from reasonrl.trainer.fleet_source import FleetRound, drop_rounds_from, ledger_summary
 
 
 def round_of(tmp_path, step=3, count=4):
@@ -37,3 +37,13 @@ def test_a_lost_replicas_prompts_go_once_to_the_live_one_and_late_answers_are_dr
     assert router.outstanding("replica0") == 0
     ledger.close()
     assert ledger_summary(tmp_path) == {"pending": 0, "issued": 0, "done": 4, "failed": 0, "trained": 0}
+
+
+def test_a_start_drops_the_journals_of_rounds_not_yet_trained_in_the_runs_history(tmp_path):
+    """A run killed before its first checkpoint left rounds 0-2 (one trained): a restart at step 1 keeps round 0 only;
+    at step 0 nothing is kept."""
+    for step in range(3):
+        Ledger.open(tmp_path / f"round_{step:06d}.jsonl", step, [step * 2, step * 2 + 1]).close()
+    assert drop_rounds_from(tmp_path, 1) == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["round_000000.jsonl"]
+    assert drop_rounds_from(tmp_path, 0) == [0] and not list(tmp_path.iterdir())
