@@ -1,6 +1,8 @@
 """The fleet's fault matrix -> benchmarks/results/fleet_fault_matrix.json (issue #47 item 4; docs/fleet.md).
 
     python benchmarks/fleet_faults.py [--cases 0,2,8] [--out benchmarks/results/fleet_fault_matrix.json]
+    python benchmarks/fleet_faults.py --set fleet.continuous=true --set async_rollout.max_staleness=1 \
+        --out benchmarks/results/fleet_fault_matrix_continuous.json      # the same cases, generating continuously
 
 One uninterrupted run of ``python -m reasonrl.train`` with ``trainer.mode=async fleet.enabled=true`` (2 replicas on
 Ray, CPU, a 2-layer random Llama with SmolLM2's tokenizer: plumbing, not learning; 4 steps of 4 prompts x 2 samples,
@@ -38,6 +40,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="", help="comma-separated indices into CASES (default: all)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fleet_fault_matrix.json"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of every run (the mode: fleet.continuous=true async_rollout.max_staleness=1)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     chosen = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else CASES
@@ -46,18 +50,18 @@ def main() -> int:
         work = Path(tmp)
         policy = tiny_policy(work / "policy")
         reference = work / "reference"
-        ref = reference_run(reference, policy)
+        ref = reference_run(reference, policy, args.set)
         print(f"uninterrupted run: {ref.seconds:.1f} s", flush=True)
         rows = []
         for k, case in enumerate(chosen):
-            row = run_case(case, work / f"case{k}", policy, reference)
+            row = run_case(case, work / f"case{k}", policy, reference, args.set)
             print(f"{case.kill:8s} {case.fault:70s} lost {row['lost']} duplicated {row['duplicated']} dropped "
                   f"{row['dropped']} resumed {row['resumed_step']} {row['wall_s']} s {'ok' if row['ok'] else 'NO'}",
                   flush=True)
             rows.append(row)
     result = {"what": "fleet fault matrix: SIGKILL of the trainer, a replica or both at fault points, resumed, the "
                       "ledger against an uninterrupted run's (reasonrl/bench/fault_matrix.py)",
-              "command": "python -m reasonrl.train " + " ".join(ARGS) + " model.path=<tiny policy>",
+              "command": "python -m reasonrl.train " + " ".join([*ARGS, *args.set]) + " model.path=<tiny policy>",
               "machine": {"host": platform.node(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]},
               "reference_wall_s": round(ref.seconds, 1), "total_wall_s": round(time.monotonic() - started, 1),
               "rows": rows}

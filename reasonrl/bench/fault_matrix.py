@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from reasonrl.fleet.audit import audit, read_ledger
 
@@ -73,37 +73,38 @@ class Train:
     seconds: float
 
 
-def train(out: Path, policy: str, fault: str = "", timeout_s: float = 600.0) -> Train:
-    """The training command on the matrix's settings into ``out`` (resuming what is there), ``fault`` planned; in a
-    session of its own, so a ``sigkill`` takes its whole group, as ``kill -9`` of a terminal's job does."""
+def train(out: Path, policy: str, fault: str = "", timeout_s: float = 600.0, extra: Sequence[str] = ()) -> Train:
+    """The training command on the matrix's settings (then ``extra`` overrides) into ``out`` (resuming what is
+    there), ``fault`` planned; in a session of its own, so a ``sigkill`` takes its whole group, as ``kill -9`` of a
+    terminal's job does."""
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     env.pop("REASONRL_FAULT_AT", None)
     if fault:
         env["REASONRL_FAULT_AT"] = fault
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *ARGS, f"model.path={policy}",
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *ARGS, *extra, f"model.path={policy}",
                            f"trainer.output_dir={out}"], capture_output=True, text=True, timeout=timeout_s, env=env,
                           start_new_session=True)
     return Train(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
 
 
-def reference_run(out: Path, policy: str) -> Train:
+def reference_run(out: Path, policy: str, extra: Sequence[str] = ()) -> Train:
     """The uninterrupted run; RuntimeError with its output's tail when it fails."""
-    run = train(out, policy)
+    run = train(out, policy, extra=extra)
     if run.returncode != 0:
         raise RuntimeError(f"the uninterrupted run failed ({run.returncode}):\n{run.output[-3000:]}")
     return run
 
 
-def run_case(case: Case, out: Path, policy: str, reference: Path) -> Dict[str, Any]:
+def run_case(case: Case, out: Path, policy: str, reference: Path, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """The case's interrupted run, then its resume to the end (when it stopped), audited against ``reference`` (the
-    uninterrupted run's directory): one row of the matrix."""
-    first = train(out, policy, case.fault)
+    uninterrupted run's directory): one row of the matrix. ``extra``: overrides of both runs (the mode)."""
+    first = train(out, policy, case.fault, extra=extra)
     runs = [first]
     trained_at_kill = sum(read_ledger(out / "fleet").trained.values())  # in the run's ledger as the run stopped
     resumed_step: Optional[int] = None
     if case.resumes:
-        second = train(out, policy)
+        second = train(out, policy, extra=extra)
         runs.append(second)
         found = RESUMED.search(second.output)
         resumed_step = int(found.group(1)) if found else 0  # no checkpoint to resume: started again at step 0

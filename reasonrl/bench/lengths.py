@@ -10,12 +10,22 @@ every request of n samples becomes n requests of one sample, the j-th sample of 
 EOS are changed (the benchmarks' generation; vLLM's prompt-log-prob calls pass through). Both benchmarks put it on
 the engine they drive: gpu_grpo_step.py on the worker's engine, gpu_trl_anchor.py on ``vllm.LLM.generate`` before
 TRL builds its colocated engine; so both generate the same multiset of lengths every step.
+
+Partial rollouts (``rollout.partial``) generate a response in segments: the first call of a response asks for at
+most one segment, and each later call continues it from prompt + the tokens so far. The wrapper keeps a sample's
+length across its segments: a fresh sample's length ``L`` is cut to the call's own ``max_tokens`` ``M``, and when
+``L > M`` the rest, ``L - M``, is owed to the call whose prompt is exactly this one's prompt + its output (the
+continuation); such a prompt takes what it is owed (again cut to its call's cap) instead of a new length. Only fresh
+samples draw from ``lengths``, so a step generates the same multiset of lengths in segments as in one call, but for
+one thing: a length that is a multiple of the segment owes 0 after its last full segment, and since the segmented
+generator continues a sequence that filled its segment, that continuation gets 1 token (vLLM's least), so such a
+sample is 1 token longer. A call with no continuation in it starts afresh (what is owed is forgotten).
 """
 from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 DISTRIBUTIONS = ("fixed", "longtail")
 LONGTAIL_SIGMA = 0.8
@@ -33,8 +43,15 @@ def response_lengths(dist: str, count: int, max_len: int, median: int = 400, min
     return [min(max_len, max(min_len, round(rng.lognormvariate(mu, LONGTAIL_SIGMA)))) for _ in range(count)]
 
 
+def _token_ids(prompt: Any) -> Tuple[int, ...]:
+    """A prompt's token ids (vLLM's ``{"prompt_token_ids": [...]}``); () for a text prompt."""
+    return tuple(prompt.get("prompt_token_ids", ())) if isinstance(prompt, dict) else ()
+
+
 def with_per_sample_lengths(generate: Callable, lengths: Sequence[int]) -> Callable:
     """``generate(prompts, sampling_params, ...)`` with per-sample ``max_tokens`` (see the module docstring)."""
+    owed: Dict[Tuple[int, ...], int] = {}  # prompt + output so far -> tokens its continuation still has to give
+    fresh = [0]  # fresh samples given a length so far
 
     def wrapped(prompts, sampling_params=None, *args, **kwargs):
         single = isinstance(prompts, (str, dict))
@@ -42,16 +59,29 @@ def with_per_sample_lengths(generate: Callable, lengths: Sequence[int]) -> Calla
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if not params or any(p is None or not getattr(p, "ignore_eos", False) for p in params):
             return generate(prompts[0] if single else prompts, sampling_params, *args, **kwargs)
+        if not any(_token_ids(prompt) in owed for prompt in prompts):
+            owed.clear()  # a new generation: nothing of an earlier one is continued here
         flat_prompts: List[Any] = []
         flat_params: List[Any] = []
+        wanted: List[int] = []
         for prompt, sp in zip(prompts, params):
             for _ in range(sp.n):
+                key = _token_ids(prompt)
+                if key and key in owed:
+                    total = owed.pop(key)  # the continuation of a sample cut at an earlier call's cap
+                else:
+                    total = int(lengths[fresh[0] % len(lengths)])
+                    fresh[0] += 1
                 one = sp.clone()
                 one.n = 1
-                one.max_tokens = int(lengths[len(flat_params) % len(lengths)])
+                one.max_tokens = max(1, min(total, sp.max_tokens) if sp.max_tokens else total)
                 flat_prompts.append(prompt)
                 flat_params.append(one)
+                wanted.append(total)
         outputs = generate(flat_prompts, flat_params, *args, **kwargs)
+        for prompt, one, total, out in zip(flat_prompts, flat_params, wanted, outputs):
+            if total >= one.max_tokens and _token_ids(prompt):  # it filled the call's cap: it may be continued
+                owed[_token_ids(prompt) + tuple(out.outputs[0].token_ids)] = total - one.max_tokens
         grouped, start = [], 0
         for sp in params:
             part = outputs[start:start + sp.n]

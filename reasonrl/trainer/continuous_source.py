@@ -42,11 +42,12 @@ import ray
 from reasonrl.controller.worker_group import wait_watched
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
-from reasonrl.fault_points import arrive, run_in_actor
+from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.admission import AdmissionController
 from reasonrl.fleet.ledger import DONE, Ledger
 
-from .fleet_source import Draw, FleetRound, FleetSource, _first_line, replica_name, replica_rank, round_ledger
+from .fleet_source import (Draw, FleetRound, FleetSource, _first_line, drop_rounds_from, replica_name, replica_rank,
+                           round_ledger)
 from .metrics import PhaseTimer
 from .streaming import verify
 
@@ -86,6 +87,7 @@ class ContinuousSource(FleetSource):
     def start(self, step: int) -> None:
         """Replicas at the weights of ``step``, a checkpoint's untrained batches queued first, the dispatcher on."""
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        drop_rounds_from(self.ledger_dir, step)  # journals a stopped run left past its checkpoint (FleetSource.start)
         self.admission.start_at(step)
         self.next_draw = step
         with self.cv:
@@ -142,6 +144,9 @@ class ContinuousSource(FleetSource):
                 staged = {}
                 for rank, actor in enumerate(self.rollouts.workers):
                     name = replica_name(rank)
+                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes here
+                    if action is not None:
+                        actor.__ray_call__.remote(run_in_actor, action)
                     if self.partial:
                         staged[name] = (actor, actor.stage_published.remote(ref, version))
                     else:  # queued behind the generation the replica runs; checked by the dispatcher
@@ -189,7 +194,8 @@ class ContinuousSource(FleetSource):
         """Batch ``j`` drawn (or restored): its journal opened afresh, its groups queued for admission."""
         path = self.ledger_dir / f"round_{j:06d}.jsonl"
         path.unlink(missing_ok=True)  # generated before a resume and never trained: generated again
-        ledger = Ledger.open(path, j, [j * self.batch_size + k for k in range(len(prompts))])
+        ledger = Ledger.open(path, j, [j * self.batch_size + k for k in range(len(prompts))],
+                             meta={"data_indices": [int(i) for i in indices]})  # what the fault audit compares
         self.rounds[j] = FleetRound(j, len(prompts), self.plan.training_sampling["n"], self.router, ledger)
         self.drawn[j] = (prompts, indices)
         self.results[j] = {}
@@ -261,6 +267,8 @@ class ContinuousSource(FleetSource):
     def _route(self, j: int, positions: List[int]) -> None:
         for name, issued in self.rounds[j].assign(positions).items():
             self.backlog.setdefault(name, []).extend((j, k, attempt) for k, attempt in issued)
+        if self.batch_size - 1 in positions:
+            fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued
 
     def _send(self) -> None:
         """Each idle replica's backlog as one ``generate`` call."""
@@ -343,6 +351,7 @@ class ContinuousSource(FleetSource):
             if positions:
                 revoked[j] = positions
         self.router.remove(name)
+        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost groups revoked, not reissued
         self.reissued += sum(len(p) for p in revoked.values())
         self._book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
         if not self.router.accepting():

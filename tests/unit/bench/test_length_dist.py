@@ -45,3 +45,47 @@ def test_wrapper_gives_each_sample_its_length_and_regroups_by_request():
     plain = SamplingParams(max_tokens=1)
     generate(["c"], plain)
     assert calls[1] == (["c"], plain)
+
+
+def test_a_sample_generated_in_segments_keeps_its_length():
+    """Lengths [5, 12]; segments of at most 4 tokens (partial rollouts). Call 1 (both fresh): 4 and 4 tokens, owing 1
+    and 8. Call 2 continues both from prompt + output: 1 (done: fewer than asked) and 4, owing 4. Call 3: 4 -> the
+    second sample has 4 + 4 + 4 = 12 tokens in all; no fresh length was drawn after the first call."""
+    from vllm import SamplingParams
+
+    counter = iter(range(1000))
+
+    def fake_generate(prompts, params, **kwargs):
+        return [SimpleNamespace(prompt=p, outputs=[SimpleNamespace(
+            index=0, token_ids=[next(counter) for _ in range(sp.max_tokens)])]) for p, sp in zip(prompts, params)]
+
+    generate = with_per_sample_lengths(fake_generate, [5, 12])
+    seg = SamplingParams(n=2, max_tokens=4, ignore_eos=True)
+    first = generate([{"prompt_token_ids": [900, 901]}], seg)[0].outputs
+    assert [len(c.token_ids) for c in first] == [4, 4]
+    one = SamplingParams(n=1, max_tokens=4, ignore_eos=True)
+    second = generate([{"prompt_token_ids": [900, 901, *c.token_ids]} for c in first], one)
+    assert [len(o.outputs[0].token_ids) for o in second] == [1, 4]
+    third = generate([{"prompt_token_ids": [900, 901, *first[1].token_ids, *second[1].outputs[0].token_ids]}], one)
+    assert len(third[0].outputs[0].token_ids) == 4
+    fresh = generate([{"prompt_token_ids": [7]}], one)  # a new prompt draws the next length: 5 again, cut to 4
+    assert len(fresh[0].outputs[0].token_ids) == 4
+
+
+def test_a_length_that_fills_its_last_segment_owes_one_token_more():
+    """Length 8 in segments of 4: 4, then 4 (it filled the cap, owing 0), then the continuation gets vLLM's least, 1
+    token (the sample is 9 long): the documented +1, never a fresh length."""
+    from vllm import SamplingParams
+
+    def fake_generate(prompts, params, **kwargs):
+        return [SimpleNamespace(prompt=p, outputs=[SimpleNamespace(index=0, token_ids=[5] * sp.max_tokens)])
+                for p, sp in zip(prompts, params)]
+
+    generate = with_per_sample_lengths(fake_generate, [8, 100])
+    one = SamplingParams(n=1, max_tokens=4, ignore_eos=True)
+    got, prompt = [], [1]
+    for _ in range(3):
+        out = generate([{"prompt_token_ids": prompt}], one)[0].outputs[0].token_ids
+        got.append(len(out))
+        prompt = prompt + list(out)
+    assert got == [4, 4, 1]
