@@ -1,6 +1,7 @@
 """ContinuousSource: the fleet generating all the time (``fleet.continuous``; docs/async.md, Continuous generation).
-A ``RolloutSource``; it is a ``FleetSource`` (replicas, router, health, replacement, ledger, weights through the
-object store) whose batches are not generated when a step asks for them but as soon as admission lets them start.
+A ``RolloutSource`` beside ``FleetSource``: the same replicas, router, health, replacement, ledger and weights
+through the object store (``replicas.Replicas``), but batches are not generated when a step asks for them: they
+start as soon as admission lets them.
 
 Threads. Only the trainer's thread touches the sampler: in ``start`` and ``publish`` it draws every batch that
 admission could accept at the new version (batch ``j`` is the ``j``-th draw; at most up to the run's last step).
@@ -35,21 +36,20 @@ import pickle
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import ray
 
-from reasonrl.controller.worker_group import wait_watched
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.admission import AdmissionController
 from reasonrl.fleet.ledger import DONE, Ledger
 
-from .fleet_source import (Draw, FleetRound, FleetSource, _first_line, drop_rounds_from, replica_name, replica_rank,
-                           round_ledger)
+from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .streaming import verify
+from .replicas import FleetRound, Replicas, first_line, mark_trained
+from .streaming import generate_verified, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"
 """The checkpoint file of the batches drawn and not yet trained."""
@@ -60,12 +60,16 @@ Group = Tuple[int, int]
 """(batch, position in the batch)."""
 
 
-class ContinuousSource(FleetSource):
-    """Batches generated continuously by the fleet, paced by admission (see the module docstring)."""
+class ContinuousSource:
+    """Batches generated continuously by the fleet, paced by admission (see the module docstring); a
+    ``RolloutSource``."""
 
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str, *,
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
-        super().__init__(workers, rollouts, pool, plan, reward_cfg, draw, fleet_cfg, run_dir)
+        self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
+        self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
+        self.trainable = None  # the journal of the batch returned last, trained at the next publish
+        self.stats: Dict[str, float] = {}
         self.batch_size, self.total_steps, self.partial = batch_size, total_steps, partial
         self.admission = AdmissionController(batch_size=batch_size, max_staleness=max_staleness)
         self.cv = threading.Condition()
@@ -86,8 +90,7 @@ class ContinuousSource(FleetSource):
     # ------------------------------------------------------------------ the loop's members
     def start(self, step: int) -> None:
         """Replicas at the weights of ``step``, a checkpoint's untrained batches queued first, the dispatcher on."""
-        self.ledger_dir.mkdir(parents=True, exist_ok=True)
-        drop_rounds_from(self.ledger_dir, step)  # journals a stopped run left past its checkpoint (FleetSource.start)
+        self.fleet.start(step)  # journals a stopped run left past its checkpoint are dropped
         self.admission.start_at(step)
         self.next_draw = step
         with self.cv:
@@ -122,12 +125,22 @@ class ContinuousSource(FleetSource):
             samples = [s for k in range(self.batch_size) for s in by_position[k]]
             done = rnd.ledger.counts()[DONE]
             oldest = min(s.weights_version for s in samples)
-            self.stats = {**self.health.metrics(), **self.admission.metrics(),
-                          "fleet/reissued": float(self.reissued), "fleet/round_reissued": float(len(rnd.reissued)),
+            self.stats = {**self.fleet.metrics(), **self.admission.metrics(),
+                          "fleet/round_reissued": float(len(rnd.reissued)),
                           "fleet/round_lost": float(len(prompts) - done), "fleet/weights_version": float(oldest),
                           "async/staleness": float(step - oldest),
                           **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
         return Round(prompts, samples, indices)
+
+    def round_metrics(self) -> Dict[str, float]:
+        return self.stats
+
+    def generate_verified(self, prompts: Sequence[Any], sampling: Dict[str, Any]) -> List[Sample]:
+        """On the replicas (validation; no ledger), beside the generation in flight."""
+        return generate_verified(self.fleet.rollouts, prompts, sampling, self.pool, self.reward_cfg)
+
+    def release_devices(self, timer: PhaseTimer) -> None:
+        """The replicas keep generating while the actor trains."""
 
     def publish(self, version: Optional[int], timer: PhaseTimer) -> Dict[str, float]:
         """The weights of ``version`` to every replica (see the module docstring), then to admission, which may
@@ -135,15 +148,13 @@ class ContinuousSource(FleetSource):
         if version is None:
             return {}
         with timer("weight_sync"):
-            named = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
-                                 f"gathering the weights of version {version}")[0]
-            ref = ray.put(named)
             with self.cv:
                 self._raise_error()
-                self.weights, self.version = ref, version
+                named = self.fleet.put_weights(version)
+                ref = self.fleet.weights
                 staged = {}
-                for rank, actor in enumerate(self.rollouts.workers):
-                    name = replica_name(rank)
+                for name in self.fleet.names():
+                    actor = self.fleet.actor(name)
                     action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes here
                     if action is not None:
                         actor.__ray_call__.remote(run_in_actor, action)
@@ -153,14 +164,15 @@ class ContinuousSource(FleetSource):
                         self.calls[actor.load_published.remote(ref, version)] = (name, "load", [], actor)
                 for name, (actor, call) in staged.items():
                     try:
-                        ray.get(call, timeout=self.watchdog_s)
+                        ray.get(call, timeout=self.fleet.watchdog_s)
                     except (ray.exceptions.RayError, TimeoutError) as exc:
                         self._lose_replica(name, actor, f"failed to stage the weights of version {version}: "
-                                                        f"{_first_line(exc)}")
+                                                        f"{first_line(exc)}")
                 self.admission.publish(version)
                 self._top_up()
                 self.cv.notify_all()
-        self._mark_trained()
+        mark_trained(self.trainable)
+        self.trainable = None
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
 
     def save(self, directory: str) -> None:
@@ -169,10 +181,10 @@ class ContinuousSource(FleetSource):
             pending = {j: self.drawn[j] for j in sorted(self.drawn)}
             with open(f"{directory}/{PENDING_BATCHES}", "wb") as f:
                 pickle.dump(pending, f)
-            super().save(directory)
+            self.fleet.save(directory)
 
     def load(self, directory: str) -> None:
-        super().load(directory)
+        self.fleet.load(directory)
         try:
             with open(f"{directory}/{PENDING_BATCHES}", "rb") as f:
                 self.restored = pickle.load(f)
@@ -187,16 +199,16 @@ class ContinuousSource(FleetSource):
             self.thread.join(timeout=30)
         for rnd in self.rounds.values():
             rnd.ledger.close()
-        super().close()
+        self.fleet.rollouts.shutdown()
 
     # ------------------------------------------------------------------ the trainer's side (under the lock)
     def _add_batch(self, j: int, prompts: List[Any], indices: List[int]) -> None:
         """Batch ``j`` drawn (or restored): its journal opened afresh, its groups queued for admission."""
-        path = self.ledger_dir / f"round_{j:06d}.jsonl"
+        path = self.fleet.ledger_dir / f"round_{j:06d}.jsonl"
         path.unlink(missing_ok=True)  # generated before a resume and never trained: generated again
         ledger = Ledger.open(path, j, [j * self.batch_size + k for k in range(len(prompts))],
                              meta={"data_indices": [int(i) for i in indices]})  # what the fault audit compares
-        self.rounds[j] = FleetRound(j, len(prompts), self.plan.training_sampling["n"], self.router, ledger)
+        self.rounds[j] = FleetRound(j, len(prompts), self.plan.training_sampling["n"], self.fleet.router, ledger)
         self.drawn[j] = (prompts, indices)
         self.results[j] = {}
         self.queue.extend((j, k) for k in range(len(prompts)))
@@ -207,15 +219,6 @@ class ContinuousSource(FleetSource):
         while self.next_draw <= self.admission.version + self.admission.max_staleness \
                 and self.next_draw < self.total_steps:
             self._add_batch(self.next_draw, *self.draw())
-
-    def _mark_trained(self) -> None:
-        if self.trainable is None:
-            return
-        ledger = round_ledger(self.trainable)
-        for index in ledger.in_state(DONE):
-            ledger.trained(index)
-        ledger.close()
-        self.trainable = None
 
     def _raise_error(self) -> None:
         if self.error is not None:
@@ -231,7 +234,7 @@ class ContinuousSource(FleetSource):
                     self._admit()
                     self._send()
                     refs = list(self.calls)
-                    timeout = min(POLL_S, self._wait_left())
+                    timeout = min(POLL_S, self.fleet.wait_left())
                 if not refs:
                     with self.cv:
                         if not self.closing:
@@ -240,8 +243,8 @@ class ContinuousSource(FleetSource):
                 ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
                 if not ready:
                     with self.cv:
-                        for name, cause in self.health.verdicts(time.monotonic()):
-                            self._lose_replica(name, self.rollouts.workers[replica_rank(name)], cause)
+                        for name, cause in self.fleet.health.verdicts(time.monotonic()):
+                            self._lose_replica(name, self.fleet.actor(name), cause)
                     continue
                 self._answer(ready[0])
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
@@ -277,7 +280,7 @@ class ContinuousSource(FleetSource):
             if not work or name in self.busy:
                 continue
             del self.backlog[name]
-            actor = self.rollouts.workers[replica_rank(name)]
+            actor = self.fleet.actor(name)
             action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
             if action is not None:
                 actor.__ray_call__.remote(run_in_actor, action)
@@ -288,7 +291,7 @@ class ContinuousSource(FleetSource):
             self.calls[ref] = (name, "generate", work, actor)
             self.busy[name] = ref
             for j, _, _ in work:
-                self.health.sent(name, time.monotonic())
+                self.fleet.health.sent(name, time.monotonic())
                 load = self.batch_load.setdefault(j, {})
                 load[name] = load.get(name, 0) + 1
 
@@ -303,7 +306,7 @@ class ContinuousSource(FleetSource):
         try:
             samples = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + _first_line(exc)
+            cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + first_line(exc)
             with self.cv:
                 self._lose_replica(name, actor, cause)
             return
@@ -322,7 +325,7 @@ class ContinuousSource(FleetSource):
             if self.busy.get(name) == ref:
                 del self.busy[name]
             for _ in work:
-                self.health.answered(name, time.monotonic())
+                self.fleet.health.answered(name, time.monotonic())
             for j in sorted({j for j, _, _ in work}):
                 issued = [(k, attempt) for jj, k, attempt in work if jj == j]
                 counts = {k: len(by_group.get(j * self.batch_size + k, [])) for k, _ in issued}
@@ -338,7 +341,7 @@ class ContinuousSource(FleetSource):
         """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on
         the other live replicas (its replacement when none lives); the restart booked; a new actor with the current
         weights. A failure of an actor already replaced changes nothing."""
-        if self.rollouts.workers[replica_rank(name)] is not actor:
+        if self.fleet.actor(name) is not actor:
             return
         for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
             del self.calls[ref]
@@ -350,15 +353,15 @@ class ContinuousSource(FleetSource):
             rnd.reissued.extend(positions)
             if positions:
                 revoked[j] = positions
-        self.router.remove(name)
+        self.fleet.router.remove(name)
         fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost groups revoked, not reissued
-        self.reissued += sum(len(p) for p in revoked.values())
-        self._book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
-        if not self.router.accepting():
-            self._respawn(name)
+        self.fleet.reissued += sum(len(p) for p in revoked.values())
+        self.fleet.book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
+        if not self.fleet.router.accepting():
+            self.fleet.respawn(name)
             for j, positions in revoked.items():
                 self._route(j, positions)
             return
         for j, positions in revoked.items():
             self._route(j, positions)
-        self._respawn(name)
+        self.fleet.respawn(name)

@@ -41,7 +41,7 @@ def killed_run(tmp_path_factory, ray_session, tiny_policy):
                                          f"trainer.output_dir={out}"])
     try:
         trainer.fit()
-        versions = trainer.source.rollouts.weights_version()
+        versions = trainer.rollouts.weights_version()
     finally:
         trainer.close()
         mp.undo()
@@ -84,7 +84,7 @@ def test_a_killed_replica_is_replaced_and_its_prompts_issued_once_more(killed_ru
 def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(killed_run, tiny_policy, tmp_path):
     from reasonrl import fault_points
     from reasonrl.fleet.health import EXIT_FLEET_SPENT, RestartBudgetSpent
-    from reasonrl.trainer.fleet_source import ledger_summary
+    from reasonrl.trainer.replicas import ledger_summary
 
     out, _ = killed_run
     ckpt = tmp_path / "step_000002"

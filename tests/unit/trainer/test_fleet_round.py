@@ -1,10 +1,10 @@
-"""The fleet's round bookkeeping (``fleet_source.FleetRound``: the router and the ledger, no Ray): assignment, a lost
+"""The fleet's round bookkeeping (``replicas.FleetRound``: the router and the ledger, no Ray): assignment, a lost
 replica's prompts issued again once, late and second answers dropped. Expectations derived by hand."""
 from __future__ import annotations
 
 from reasonrl.fleet.ledger import DONE, ISSUED, PENDING, Ledger
 from reasonrl.fleet.router import Router
-from reasonrl.trainer.fleet_source import FleetRound, drop_rounds_from, ledger_summary
+from reasonrl.trainer.replicas import FleetRound, drop_rounds_from, ledger_summary
 
 
 def round_of(tmp_path, step=3, count=4):

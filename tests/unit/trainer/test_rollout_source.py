@@ -8,11 +8,12 @@ import inspect
 import pytest
 from paths import REPO
 
-from reasonrl.trainer.rollout_source import RolloutSource
+from reasonrl.trainer.continuous_source import ContinuousSource
 from reasonrl.trainer.fleet_source import FleetSource
+from reasonrl.trainer.rollout_source import RolloutSource
 from reasonrl.trainer.sources import AsyncSource, ColocatedSource
 
-SOURCES = [ColocatedSource, AsyncSource, FleetSource]
+SOURCES = [ColocatedSource, AsyncSource, FleetSource, ContinuousSource]
 
 
 def declared() -> set:

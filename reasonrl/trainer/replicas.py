@@ -1,0 +1,219 @@
+"""The fleet's replicas as both fleet sources drive them (``FleetSource``, by round; ``ContinuousSource``,
+continuously): each rollout worker (rank r of the rollout group, on bundle r of its placement group) is one replica,
+``replica<r>``; ``Replicas`` holds them with their router (``fleet.router``, least outstanding requests, a prompt
+group sticky to one replica), their health and the run's restart budget (``fleet.health``), the object-store ref of
+the newest published weights, and the ledger's folder (``fleet.ledger``: one journal per round under
+``<output_dir>/fleet/``, copied into each checkpoint with the fleet's counters).
+
+A replica is replaced (``book`` then ``respawn``): the restart counted against ``fleet.max_restarts``
+(``RestartBudgetSpent``, naming it and the cause, past it), a new actor on its bundle that loads the current weights
+before its first request. ``FleetRound`` is one round's pure bookkeeping over the router and the round's ledger.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import ray
+
+from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
+from reasonrl.fault_points import fault_point
+from reasonrl.fleet.health import FleetHealth, HealthPolicy
+from reasonrl.fleet.ledger import DONE, Ledger
+from reasonrl.fleet.router import RouteRequest, Router
+
+LEDGER_DIR = "fleet"
+"""The ledger's folder, in the run directory and in each checkpoint."""
+STATE_FILE = "fleet_state.json"
+"""The fleet's counters in a checkpoint (restarts, re-issued prompts)."""
+
+Issued = Tuple[int, int]
+"""A prompt's position in its round and the attempt issued."""
+
+
+def replica_name(rank: int) -> str:
+    return f"replica{rank}"
+
+
+def replica_rank(name: str) -> int:
+    """The rollout worker's rank of ``replica_name(rank)``."""
+    return int(name[len("replica"):])
+
+
+def journal_step(path: Path) -> int:
+    """The step of ``round_<step>.jsonl``."""
+    return int(Path(path).stem[len("round_"):])
+
+
+def drop_rounds_from(directory: Path, step: int) -> List[int]:
+    """Remove the journals of rounds ``step`` and later from ``directory``; their steps."""
+    dropped = sorted(journal_step(p) for p in Path(directory).glob("round_*.jsonl") if journal_step(p) >= step)
+    for s in dropped:
+        (Path(directory) / f"round_{s:06d}.jsonl").unlink()
+    return dropped
+
+
+def round_ledger(path: Path) -> Ledger:
+    """The ledger of one round from its journal (its header names the round and its prompts)."""
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())
+    return Ledger.open(path, header["epoch"], header["prompts"])
+
+
+def ledger_summary(directory: Path) -> Dict[str, int]:
+    """Every round's prompts by state, summed over the journals in ``directory`` (the run's or a checkpoint's)."""
+    totals: Dict[str, int] = {}
+    for path in sorted(Path(directory).glob("round_*.jsonl")):
+        ledger = round_ledger(path)
+        for state, count in ledger.counts().items():
+            totals[state] = totals.get(state, 0) + count
+        ledger.close()
+    return totals
+
+
+class FleetRound:
+    """One round's bookkeeping: which replica holds which prompts, re-issues counted (pure, no Ray)."""
+
+    def __init__(self, step: int, count: int, n: int, router: Router, ledger: Ledger) -> None:
+        self.step, self.count, self.n, self.router, self.ledger = step, count, n, router, ledger
+        self.reissued: List[int] = []
+
+    def prompt_id(self, k: int) -> int:
+        return self.step * self.count + k
+
+    def assign(self, positions: Sequence[int]) -> Dict[str, List[Issued]]:
+        """Route each prompt position (its ``n`` samples together) to a replica taking work and issue it in the
+        ledger; replica -> its (position, attempt) pairs."""
+        out: Dict[str, List[Issued]] = {}
+        for k in positions:
+            attempt = self.ledger.state(self.prompt_id(k)).attempt + 1
+            name = self.router.assign(RouteRequest(f"{self.step}:{k}:{attempt}", group=f"{self.step}:{k}", n=self.n))
+            out.setdefault(name, []).append((k, self.ledger.issue(self.prompt_id(k), name)))
+        return out
+
+    def answered(self, name: str, issued: Sequence[Issued], samples: Dict[int, int]) -> List[int]:
+        """``name``'s answer for ``issued`` ((position, attempt) pairs; ``samples``: position -> samples it returned):
+        the positions whose attempt was the one in flight, now done (replica and sample count in the ledger's
+        payload); a late or second answer changes nothing."""
+        kept = []
+        for k, attempt in issued:
+            self.router.complete(f"{self.step}:{k}:{attempt}")
+            if self.ledger.complete(self.prompt_id(k), attempt, {"replica": name, "samples": samples.get(k, 0)}):
+                kept.append(k)
+        return kept
+
+    def lost(self, name: str, cause: str) -> List[int]:
+        """``name`` is gone: its prompts in flight revoked (to be issued again), it leaves the router."""
+        ids = self.ledger.replica_lost(name, cause)
+        self.router.remove(name)
+        positions = [i - self.step * self.count for i in ids]
+        self.reissued.extend(positions)
+        return positions
+
+
+class Replicas:
+    """The replicas, their router and health, the published weights and the ledger's folder (module docstring)."""
+
+    def __init__(self, workers, rollouts, fleet_cfg, run_dir: str) -> None:
+        if not hasattr(rollouts, "respawn"):
+            raise ValueError("fleet.enabled needs the Ray backend: its replicas are Ray actors that can be replaced")
+        self.workers, self.rollouts = workers, rollouts
+        rollouts.call_error = RolloutWorkerError
+        self.watchdog_s = fleet_cfg.watchdog_s
+        self.health = FleetHealth(HealthPolicy(watchdog_s=fleet_cfg.watchdog_s,
+                                               restart_budget=fleet_cfg.max_restarts))
+        self.router = Router("least_outstanding", load="requests")
+        for name in self.names():
+            self.router.add(name)
+            self.health.add(name)
+        self.ledger_dir = Path(run_dir) / LEDGER_DIR
+        self.weights: Any = None  # the object-store ref of the latest published weights
+        self.version = 0
+        self.reissued = 0
+
+    def names(self) -> List[str]:
+        return [replica_name(rank) for rank in range(self.rollouts.world_size)]
+
+    def actor(self, name: str) -> Any:
+        """The Ray actor serving ``name`` now."""
+        return self.rollouts.workers[replica_rank(name)]
+
+    def start(self, step: int) -> None:
+        """The ledger's folder, without journals of rounds ``step`` and later (left by a run stopped before a
+        checkpoint held them: those rounds were not trained in this run's history and are drawn again)."""
+        self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        drop_rounds_from(self.ledger_dir, step)
+
+    def put_weights(self, version: int) -> List[Any]:
+        """Actor rank 0's weights of ``version`` into Ray's object store, once (``self.weights``); the named tensors."""
+        named = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
+                             f"gathering the weights of version {version}")[0]
+        self.weights, self.version = ray.put(named), version
+        return named
+
+    def wait_left(self) -> float:
+        """Seconds until the earliest busy replica would count as hung."""
+        since = [r.watched_since for r in self.health.replicas.values() if r.watched_since is not None]
+        return max(0.0, min(since) + self.watchdog_s - time.monotonic()) if since else self.watchdog_s
+
+    def book(self, name: str, cause: str) -> None:
+        """The restart of ``name`` counted (RestartBudgetSpent, naming it and the cause, when the budget is spent)."""
+        self.health.restart(name, cause)
+        print(f"fleet: replacing {name} ({cause}); restart {self.health.restarts} of "
+              f"{self.health.policy.restart_budget}", flush=True)
+
+    def respawn(self, name: str) -> None:
+        """A new actor for ``name`` on its bundle, started and holding the current weights before its first request;
+        then it takes work again."""
+        actor = self.rollouts.respawn(replica_rank(name))
+        if self.weights is not None:
+            ray.get(actor.load_published.remote(self.weights, self.version))
+        else:  # up before it counts as a replica: its start-up is not charged to the next publish's watchdog
+            ray.get(actor.__ray_ready__.remote())
+        self.router.add(name)
+
+    def replace(self, name: str, cause: str) -> None:
+        """Between rounds (a failed weight load): ``name`` replaced, nothing in flight to issue again."""
+        self.book(name, cause)
+        self.router.remove(name)
+        self.respawn(name)
+
+    def metrics(self) -> Dict[str, float]:
+        return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
+
+    def save(self, directory: str) -> None:
+        """The ledger's journals and the fleet's counters."""
+        target = Path(directory) / LEDGER_DIR
+        shutil.copytree(self.ledger_dir, target, dirs_exist_ok=True)
+        fault_point("fleet.ledger_saved")
+        (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": self.health.restarts,
+                                                              "reissued": self.reissued}))
+
+    def load(self, directory: str) -> None:
+        """The checkpoint's ledger replaces the run's (rounds drawn after it were not trained: they are drawn again)."""
+        source = Path(directory) / LEDGER_DIR
+        if source.is_dir():
+            shutil.rmtree(self.ledger_dir, ignore_errors=True)
+            shutil.copytree(source, self.ledger_dir)
+        state_file = Path(directory) / STATE_FILE
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            self.health.restarts, self.reissued = state["restarts"], state["reissued"]
+
+
+def mark_trained(path: Optional[Path]) -> None:
+    """Every done prompt of the round journal ``path`` (the round just trained on) marked ``trained``."""
+    if path is None:
+        return
+    ledger = round_ledger(path)
+    for index in ledger.in_state(DONE):
+        ledger.trained(index)
+    ledger.close()
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
