@@ -148,7 +148,7 @@ class ContinuousSource:
         if version is None:
             return {}
         with timer("weight_sync"):
-            with self.cv:
+            with self.cv:  # held from the gather on: a replica respawned meanwhile must not hold v before admission
                 self._raise_error()
                 named = self.fleet.put_weights(version)
                 ref = self.fleet.weights
@@ -176,7 +176,7 @@ class ContinuousSource:
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
 
     def save(self, directory: str) -> None:
-        """The batches drawn and not trained, and (``FleetSource.save``) the ledger and the fleet's counters."""
+        """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters."""
         with self.cv:
             pending = {j: self.drawn[j] for j in sorted(self.drawn)}
             with open(f"{directory}/{PENDING_BATCHES}", "wb") as f:
