@@ -44,7 +44,7 @@ from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.admission import AdmissionController
-from reasonrl.fleet.ledger import DONE, Ledger
+from reasonrl.fleet.ledger import Ledger
 
 from .fleet_source import Draw
 from .metrics import PhaseTimer
@@ -123,13 +123,9 @@ class ContinuousSource:
             load = self.batch_load.pop(step, {})
             self.trainable = rnd.ledger.path
             samples = [s for k in range(self.batch_size) for s in by_position[k]]
-            done = rnd.ledger.counts()[DONE]
-            oldest = min(s.weights_version for s in samples)
-            self.stats = {**self.fleet.metrics(), **self.admission.metrics(),
-                          "fleet/round_reissued": float(len(rnd.reissued)),
-                          "fleet/round_lost": float(len(prompts) - done), "fleet/weights_version": float(oldest),
-                          "async/staleness": float(step - oldest),
-                          **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
+            fleet = self.fleet.round_metrics(rnd, samples, load)
+            self.stats = {**fleet, **self.admission.metrics(),
+                          "async/staleness": float(step - fleet["fleet/weights_version"])}
         return Round(prompts, samples, indices)
 
     def round_metrics(self) -> Dict[str, float]:

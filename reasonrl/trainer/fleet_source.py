@@ -31,7 +31,7 @@ import ray
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
-from reasonrl.fleet.ledger import DONE, Ledger
+from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
 from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained
@@ -72,11 +72,7 @@ class FleetSource:
         with timer("verify"):
             samples = verify(samples, self.pool, self.reward_cfg)
         self.trainable = path
-        done = ledger.counts()[DONE]
-        self.stats = {**self.fleet.metrics(), "fleet/round_reissued": float(len(rnd.reissued)),
-                      "fleet/round_lost": float(len(prompts) - done),
-                      "fleet/weights_version": float(min(s.weights_version for s in samples)),
-                      **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
+        self.stats = self.fleet.round_metrics(rnd, samples, load)
         return Round(prompts, samples, indices)
 
     def round_metrics(self) -> Dict[str, float]:

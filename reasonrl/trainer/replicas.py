@@ -184,6 +184,14 @@ class Replicas:
     def metrics(self) -> Dict[str, float]:
         return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
 
+    def round_metrics(self, rnd: "FleetRound", samples: Sequence[Any], load: Dict[str, int]) -> Dict[str, float]:
+        """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued
+        and lost prompts, the oldest weight version of its samples, the prompts each replica served."""
+        return {**self.metrics(), "fleet/round_reissued": float(len(rnd.reissued)),
+                "fleet/round_lost": float(rnd.count - rnd.ledger.counts()[DONE]),
+                "fleet/weights_version": float(min(s.weights_version for s in samples)),
+                **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
+
     def save(self, directory: str) -> None:
         """The ledger's journals and the fleet's counters."""
         target = Path(directory) / LEDGER_DIR
