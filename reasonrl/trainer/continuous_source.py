@@ -151,7 +151,9 @@ class ContinuousSource:
                 staged = {}
                 for name in self.fleet.names():
                     actor = self.fleet.actor(name)
-                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes here
+                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes (or skips) here
+                    if action == "skip":
+                        continue  # a stale replica (the weight-sync check's test)
                     if action is not None:
                         actor.__ray_call__.remote(run_in_actor, action)
                     if self.partial:
@@ -170,6 +172,10 @@ class ContinuousSource:
         mark_trained(self.trainable)
         self.trainable = None
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named)."""
+        return self.fleet.check_weights(prompt_ids, response_ids)
 
     def save(self, directory: str) -> None:
         """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters."""

@@ -24,6 +24,7 @@ from reasonrl.fault_points import fault_point
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
+from reasonrl.fleet.weight_check import compare_replicas
 
 LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
@@ -123,6 +124,7 @@ class Replicas:
         self.workers, self.rollouts = workers, rollouts
         rollouts.call_error = RolloutWorkerError
         self.watchdog_s = fleet_cfg.watchdog_s
+        self.weight_sync_max_diff = fleet_cfg.weight_sync_max_diff
         self.health = FleetHealth(HealthPolicy(watchdog_s=fleet_cfg.watchdog_s,
                                                restart_budget=fleet_cfg.max_restarts))
         self.router = Router("least_outstanding", load="requests")
@@ -180,6 +182,23 @@ class Replicas:
         self.book(name, cause)
         self.router.remove(name)
         self.respawn(name)
+
+    def check_weights(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """The weight-sync check (``fleet.weight_check``): every live replica scores ``response_ids`` after
+        ``prompt_ids`` with the weights it holds, against the actor's log-probs; ``StaleReplicaError`` names a
+        replica not at ``self.version`` or off by more than ``fleet.weight_sync_max_diff``. A replica that dies
+        meanwhile is not checked (its replacement loads the current weights before any request)."""
+        actor_lp = self.workers.actor_sequence_logprobs(prompt_ids, response_ids)
+        calls = {name: (self.actor(name).weights_version.remote(),
+                        self.actor(name).sequence_logprobs.remote([list(prompt_ids)], [list(response_ids)]))
+                 for name in self.names()}
+        answers = {}
+        for name, (version, lps) in calls.items():
+            try:
+                answers[name] = (ray.get(version, timeout=self.watchdog_s), ray.get(lps, timeout=self.watchdog_s)[0])
+            except ray.exceptions.RayActorError:
+                continue
+        return compare_replicas(actor_lp, answers, self.version, self.weight_sync_max_diff)[1]
 
     def metrics(self) -> Dict[str, float]:
         return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
