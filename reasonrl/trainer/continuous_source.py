@@ -48,7 +48,7 @@ from reasonrl.fleet.ledger import Ledger
 
 from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Replicas, first_line, mark_trained
+from .replicas import FleetRound, Replicas, first_line, mark_trained, untrainable_groups
 from .streaming import generate_verified, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"
@@ -68,7 +68,7 @@ class ContinuousSource:
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
         self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
-        self.trainable = None  # the journal of the batch returned last, trained at the next publish
+        self.trainable = None  # the batch returned last (journal, untrainable positions), trained at the next publish
         self.stats: Dict[str, float] = {}
         self.batch_size, self.total_steps, self.partial = batch_size, total_steps, partial
         self.admission = AdmissionController(batch_size=batch_size, max_staleness=max_staleness)
@@ -121,8 +121,8 @@ class ContinuousSource:
             rnd = self.rounds.pop(step)
             rnd.ledger.close()
             load = self.batch_load.pop(step, {})
-            self.trainable = rnd.ledger.path
             samples = [s for k in range(self.batch_size) for s in by_position[k]]
+            self.trainable = (rnd.ledger.path, untrainable_groups(samples))
             fleet = self.fleet.round_metrics(rnd, samples, load)
             self.stats = {**fleet, **self.admission.metrics(),
                           "async/staleness": float(step - fleet["fleet/weights_version"])}

@@ -34,7 +34,7 @@ from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained
+from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained, untrainable_groups
 from .streaming import generate_verified, verify
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
@@ -46,7 +46,7 @@ class FleetSource:
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
         self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
-        self.trainable = None  # the journal of the round returned last, trained at the next publish
+        self.trainable = None  # the round returned last (journal, untrainable positions), trained at the next publish
         self.stats: Dict[str, float] = {}
 
     # ------------------------------------------------------------------ the loop's members
@@ -71,7 +71,7 @@ class FleetSource:
             ledger.close()
         with timer("verify"):
             samples = verify(samples, self.pool, self.reward_cfg)
-        self.trainable = path
+        self.trainable = (path, untrainable_groups(samples))
         self.stats = self.fleet.round_metrics(rnd, samples, load)
         return Round(prompts, samples, indices)
 

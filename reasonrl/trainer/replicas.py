@@ -204,9 +204,11 @@ class Replicas:
         return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
 
     def round_metrics(self, rnd: "FleetRound", samples: Sequence[Any], load: Dict[str, int]) -> Dict[str, float]:
-        """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued
-        and lost prompts, the oldest weight version of its samples, the prompts each replica served."""
+        """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued,
+        lost and dropped (``untrainable_groups``) prompts, the oldest weight version of its samples, the prompts each
+        replica served."""
         return {**self.metrics(), "fleet/round_reissued": float(len(rnd.reissued)),
+                "fleet/round_dropped": float(len(untrainable_groups(samples))),
                 "fleet/round_lost": float(rnd.count - rnd.ledger.counts()[DONE]),
                 "fleet/weights_version": float(min(s.weights_version for s in samples)),
                 **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
@@ -231,13 +233,39 @@ class Replicas:
             self.health.restarts, self.reissued = state["restarts"], state["reissued"]
 
 
-def mark_trained(path: Optional[Path]) -> None:
-    """Every done prompt of the round journal ``path`` (the round just trained on) marked ``trained``."""
-    if path is None:
+Trainable = Tuple[Path, Dict[int, str]]
+"""A round returned to the loop: its journal, and the positions it cannot train on with the reason of each."""
+
+
+def untrainable_groups(samples: Sequence[Any]) -> Dict[int, str]:
+    """The round's positions (``Sample.group``) whose every sample failed verification: the loop leaves failed samples
+    out of the advantages and the loss, so such a prompt is not trained on; each with its reason (the first sample's
+    verifier and its failure)."""
+    by_group: Dict[int, List[Any]] = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s)
+    out = {}
+    for k, group in sorted(by_group.items()):
+        if all(getattr(s.result, "failed", False) for s in group):
+            why = (getattr(group[0].result, "info", None) or {}).get("reason", "")
+            out[k] = f"every sample failed verification ({group[0].verifier}: {why})"[:300]
+    return out
+
+
+def mark_trained(trainable: Optional[Trainable]) -> None:
+    """The round just trained on (``trainable``: its journal and its untrainable positions): every done prompt marked
+    ``trained``, but those positions, marked dropped (``failed``) with their reason."""
+    if trainable is None:
         return
+    path, dropped = trainable
     ledger = round_ledger(path)
-    for index in ledger.in_state(DONE):
-        ledger.trained(index)
+    done = set(ledger.in_state(DONE))
+    for k, index in enumerate(ledger.prompts):
+        if index in done:
+            if k in dropped:
+                ledger.drop(index, dropped[k])
+            else:
+                ledger.trained(index)
     ledger.close()
 
 
