@@ -12,6 +12,7 @@ before its first request. ``FleetRound`` is one round's pure bookkeeping over th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -30,6 +31,9 @@ LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
 STATE_FILE = "fleet_state.json"
 """The fleet's counters in a checkpoint (restarts, re-issued prompts)."""
+RESTARTS_FILE = "restarts.jsonl"
+"""The run's restarts, one fsync'd line each as it is booked, in the ledger's folder: past the last checkpoint too, so
+a resume of the same run directory keeps the restarts made after its checkpoint (the budget is per run)."""
 
 Issued = Tuple[int, int]
 """A prompt's position in its round and the attempt issued."""
@@ -55,6 +59,22 @@ def drop_rounds_from(directory: Path, step: int) -> List[int]:
     for s in dropped:
         (Path(directory) / f"round_{s:06d}.jsonl").unlink()
     return dropped
+
+
+def read_restarts(path: Path) -> List[dict]:
+    """The restarts journal's complete lines (a torn last line, from a process killed inside a write, left out)."""
+    if not Path(path).exists():
+        return []
+    lines = Path(path).read_bytes().split(b"\n")[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def append_restart(path: Path, record: dict) -> None:
+    """One restart on the journal ``path``, durable when this returns."""
+    with open(path, "ab") as f:
+        f.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def round_ledger(path: Path) -> Ledger:
@@ -145,9 +165,12 @@ class Replicas:
 
     def start(self, step: int) -> None:
         """The ledger's folder, without journals of rounds ``step`` and later (left by a run stopped before a
-        checkpoint held them: those rounds were not trained in this run's history and are drawn again)."""
+        checkpoint held them: those rounds were not trained in this run's history and are drawn again); from step 0
+        without the restarts journal of a run stopped before its first checkpoint."""
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
         drop_rounds_from(self.ledger_dir, step)
+        if step == 0:  # the run starts over (no checkpoint): so do its restarts
+            (self.ledger_dir / RESTARTS_FILE).unlink(missing_ok=True)
 
     def put_weights(self, version: int) -> List[Any]:
         """Actor rank 0's weights of ``version`` into Ray's object store, once (``self.weights``); the named tensors."""
@@ -164,6 +187,8 @@ class Replicas:
     def book(self, name: str, cause: str) -> None:
         """The restart of ``name`` counted (RestartBudgetSpent, naming it and the cause, when the budget is spent)."""
         self.health.restart(name, cause)
+        append_restart(self.ledger_dir / RESTARTS_FILE, {"replica": name, "cause": cause,
+                                                         "restart": self.health.restarts})
         print(f"fleet: replacing {name} ({cause}); restart {self.health.restarts} of "
               f"{self.health.policy.restart_budget}", flush=True)
 
@@ -214,23 +239,45 @@ class Replicas:
                 **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
 
     def save(self, directory: str) -> None:
-        """The ledger's journals and the fleet's counters."""
-        target = Path(directory) / LEDGER_DIR
-        shutil.copytree(self.ledger_dir, target, dirs_exist_ok=True)
-        fault_point("fleet.ledger_saved")
-        (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": self.health.restarts,
-                                                              "reissued": self.reissued}))
+        """The ledger's journals and the fleet's counters (``save_fleet``)."""
+        save_fleet(self.ledger_dir, directory, self.health.restarts, self.reissued)
 
     def load(self, directory: str) -> None:
-        """The checkpoint's ledger replaces the run's (rounds drawn after it were not trained: they are drawn again)."""
-        source = Path(directory) / LEDGER_DIR
-        if source.is_dir():
-            shutil.rmtree(self.ledger_dir, ignore_errors=True)
-            shutil.copytree(source, self.ledger_dir)
-        state_file = Path(directory) / STATE_FILE
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            self.health.restarts, self.reissued = state["restarts"], state["reissued"]
+        """The checkpoint's ledger and counters, the run's restarts (``load_fleet``)."""
+        counters = load_fleet(self.ledger_dir, directory)
+        if counters is not None:
+            self.health.restarts, self.reissued = counters
+
+
+def save_fleet(ledger_dir: Path, directory: str, restarts: int, reissued: int) -> None:
+    """Into the checkpoint ``directory``: the ledger's folder (round journals, the restarts journal) and the counters."""
+    shutil.copytree(ledger_dir, Path(directory) / LEDGER_DIR, dirs_exist_ok=True)
+    fault_point("fleet.ledger_saved")
+    (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": restarts, "reissued": reissued}))
+
+
+def load_fleet(ledger_dir: Path, directory: str) -> Optional[Tuple[int, int]]:
+    """From the checkpoint ``directory``: its ledger replaces the run's in ``ledger_dir`` (rounds drawn after it were
+    not trained: they are drawn again); the (restarts, re-issued) counters to resume with, None when it holds none.
+    The restarts are the run's: those the run's restarts journal holds past the checkpoint (a replica replaced after
+    it, then the trainer stopped) still count against the budget, and the journal keeps them."""
+    spent = read_restarts(Path(ledger_dir) / RESTARTS_FILE)  # read before the checkpoint's folder replaces it
+    source = Path(directory) / LEDGER_DIR
+    if source.is_dir():
+        shutil.rmtree(ledger_dir, ignore_errors=True)
+        shutil.copytree(source, ledger_dir)
+    state_file = Path(directory) / STATE_FILE
+    if not state_file.exists():
+        return None
+    state = json.loads(state_file.read_text())
+    restarts = state["restarts"]
+    if len(spent) > restarts:
+        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
+        (Path(ledger_dir) / RESTARTS_FILE).unlink(missing_ok=True)
+        for record in spent:
+            append_restart(Path(ledger_dir) / RESTARTS_FILE, record)
+        restarts = len(spent)
+    return restarts, state["reissued"]
 
 
 Trainable = Tuple[Path, Dict[int, str]]
