@@ -342,7 +342,7 @@ class ContinuousSource:
     def _lose_replica(self, name: str, actor: Any, cause: str) -> None:
         """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on
         the other live replicas (its replacement when none lives); the restart booked; a new actor with the current
-        weights. A failure of an actor already replaced changes nothing."""
+        weights (``Replicas.replace_lost``'s order). A failure of an actor already replaced changes nothing."""
         if self.fleet.actor(name) is not actor:
             return
         for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
@@ -350,20 +350,17 @@ class ContinuousSource:
         self.busy.pop(name, None)
         self.backlog.pop(name, None)  # issued in the ledger: revoked below with the rest
         revoked: Dict[int, List[int]] = {}
-        for j, rnd in self.rounds.items():
-            positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
-            rnd.reissued.extend(positions)
-            if positions:
-                revoked[j] = positions
-        self.fleet.router.remove(name)
-        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost groups revoked, not reissued
-        self.fleet.reissued += sum(len(p) for p in revoked.values())
-        self.fleet.book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
-        if not self.fleet.router.accepting():
-            self.fleet.respawn(name)
+
+        def revoke() -> int:
+            for j, rnd in self.rounds.items():
+                positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
+                rnd.reissued.extend(positions)
+                if positions:
+                    revoked[j] = positions
+            return sum(len(p) for p in revoked.values())
+
+        def reissue() -> None:
             for j, positions in revoked.items():
                 self._route(j, positions)
-            return
-        for j, positions in revoked.items():
-            self._route(j, positions)
-        self.fleet.respawn(name)
+
+        self.fleet.replace_lost(name, cause, revoke, reissue)

@@ -177,16 +177,16 @@ class FleetSource:
     def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str,
               cause: str) -> Dict[str, List[Issued]]:
         """``name`` is lost mid-round: its prompts go, once, to the other live replicas (or its replacement when none
-        lives), and it is replaced. Returns the re-issued prompts' assignment, for the caller to send."""
+        lives), and it is replaced (``Replicas.replace_lost``). Returns the re-issued prompts' assignment, for the
+        caller to send."""
         for ref in [ref for ref, (owner, _) in calls.items() if owner == name]:
             del calls[ref]  # a late answer of the lost replica's calls is not waited for
-        positions = rnd.lost(name, cause)
-        self.fleet.reissued += len(positions)
-        self.fleet.book(name, cause)  # before anything is issued again: past the budget the run stops here
-        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
-        if self.fleet.router.accepting():  # the other live replicas (the lost one left the router)
-            assignment = rnd.assign(positions)
-            self.fleet.respawn(name)
-            return assignment
-        self.fleet.respawn(name)
-        return rnd.assign(positions)
+        positions: List[int] = []
+        assignment: Dict[str, List[Issued]] = {}
+
+        def revoke() -> int:
+            positions.extend(rnd.lost(name, cause))
+            return len(positions)
+
+        self.fleet.replace_lost(name, cause, revoke, lambda: assignment.update(rnd.assign(positions)))
+        return assignment

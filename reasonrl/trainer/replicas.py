@@ -5,7 +5,8 @@ group sticky to one replica), their health and the run's restart budget (``fleet
 the newest published weights, and the ledger's folder (``fleet.ledger``: one journal per round under
 ``<output_dir>/fleet/``, copied into each checkpoint with the fleet's counters).
 
-A replica is replaced (``book`` then ``respawn``): the restart counted against ``fleet.max_restarts``
+A replica is replaced (``book`` then ``respawn``; with work in flight ``replace_lost``, which revokes and issues it
+again around them in one order for both sources): the restart counted against ``fleet.max_restarts``
 (``RestartBudgetSpent``, naming it and the cause, past it), a new actor on its bundle that loads the current weights
 before its first request. ``FleetRound`` is one round's pure bookkeeping over the router and the round's ledger.
 """
@@ -16,7 +17,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import ray
 
@@ -202,6 +203,25 @@ class Replicas:
             ray.get(actor.__ray_ready__.remote())
         self.router.add(name)
 
+    def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
+        """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
+        prompts in flight in the ledger (returns how many), it leaves the router, the restart is booked (past the
+        budget the run stops here, nothing issued again; fault point ``fleet.replica_lost`` after it), then
+        ``reissue()`` issues the revoked prompts again, once: on the other live replicas before the respawn, or, when
+        none lives, on the replacement after it."""
+        revoked = revoke()
+        if name in self.router.replicas():
+            self.router.remove(name)
+        self.reissued += revoked
+        self.book(name, cause)
+        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
+        if self.router.accepting():  # the other live replicas (the lost one left the router)
+            reissue()
+            self.respawn(name)
+        else:
+            self.respawn(name)
+            reissue()
+
     def replace(self, name: str, cause: str) -> None:
         """Between rounds (a failed weight load): ``name`` replaced, nothing in flight to issue again."""
         self.book(name, cause)
@@ -250,7 +270,7 @@ class Replicas:
 
 
 def save_fleet(ledger_dir: Path, directory: str, restarts: int, reissued: int) -> None:
-    """Into the checkpoint ``directory``: the ledger's folder (round journals, the restarts journal) and the counters."""
+    """Into the checkpoint ``directory``: the ledger's folder (round journals, restarts journal) and the counters."""
     shutil.copytree(ledger_dir, Path(directory) / LEDGER_DIR, dirs_exist_ok=True)
     fault_point("fleet.ledger_saved")
     (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": restarts, "reissued": reissued}))
