@@ -8,6 +8,8 @@ the ``count``-th time (default 1), the action runs:
 - ``sigkill``: SIGKILL to the process's group when it leads one (so Ray's processes die with it, as ``kill -9`` of
   a terminal's job does), else to the process itself;
 - ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``);
+- ``skip``: the call about to be made at the point is left out (only ``fleet.replica<r>.load_published``: the
+  replica keeps the weights it holds, a stale replica for the weight-sync check; elsewhere it does nothing);
 - ``pause``: block until the file named by ``REASONRL_FAULT_RELEASE`` exists, signal handlers running meanwhile (a
   step held in flight while a test signals the run; the printed ``fault point ...: pause`` line says it is held).
 
@@ -39,7 +41,7 @@ from typing import Dict, Optional, Tuple
 
 ENV = "REASONRL_FAULT_AT"
 RELEASE_ENV = "REASONRL_FAULT_RELEASE"
-ACTIONS = ("sigint", "sigkill", "hang", "pause")
+ACTIONS = ("sigint", "sigkill", "hang", "pause", "skip")
 PAUSE_POLL_S = 0.05
 """How often ``pause`` looks for its release file (its wait also wakes for every signal, whose handler then runs)."""
 

@@ -42,6 +42,11 @@ class FleetConfig:
     """Replicas the run may replace in all; the next one the fleet would need to replace stops the run."""
     watchdog_s: float = 300.0
     """Seconds a replica with requests outstanding may go without answering before it is replaced as hung."""
+    weight_sync_max_diff: float = 0.1
+    """With ``rollout.check_weight_sync``: the largest mean |replica - actor| log-prob difference (nats, over the
+    probe sequence's tokens) a replica may show after a publish; above it, or at a weight version other than the
+    published one, the replica is stale and the run stops naming it (docs/fleet.md). Engine noise is ~1e-6 in float32
+    on CPU; bf16 engines on a GPU differ more (not measured for the fleet yet)."""
     continuous: bool = False
     """Generate all the time (docs/async.md, Continuous generation): the replicas start prompts as soon as admission
     lets them, and a prompt starts only if it will be trained within ``async_rollout.max_staleness`` versions of the

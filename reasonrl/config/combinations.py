@@ -78,10 +78,14 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if cfg.data.train_batch_size % a.num_rollout_workers:
         out.append(("async_rollout.num_rollout_workers",
                     f"must divide data.train_batch_size ({cfg.data.train_batch_size})"))
-    if r.check_weight_sync:
+    if r.check_weight_sync and not cfg.fleet.enabled:
         out.append(("rollout.check_weight_sync",
-                    "is for the colocated engine; with trainer.mode=async the rollout/logprob_diff_* metrics (TIS) and "
-                    "tests/e2e/test_async.py check the transferred weights"))
+                    "needs fleet.enabled with trainer.mode=async (each replica is checked); the plain async mode's "
+                    "rollout/logprob_diff_* metrics (TIS) and tests/e2e/test_async.py check the transferred weights"))
+    if r.check_weight_sync and cfg.fleet.enabled and cfg.fleet.continuous and r.partial:
+        out.append(("rollout.check_weight_sync",
+                    "is not supported with fleet.continuous and rollout.partial: a replica takes the published weights "
+                    "at its generation's next segment, so right after a publish it may still hold the older ones"))
     if alg.adv_estimator == "gae":
         out.append(("trainer.mode", "async is not supported with the PPO critic (algorithm.adv_estimator=gae) yet"))
     if alg.dynamic_sampling:

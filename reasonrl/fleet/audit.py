@@ -3,7 +3,8 @@ folder) compared with the ledger of an uninterrupted run of the same command: pu
 
 A prompt is a dataset position when every journal's header records them (``meta.data_indices``, as the fleet writes
 them), else a prompt id (``step * train_batch_size + k``). Per prompt, the times it was trained (``train`` records) in
-the reference run and in the audited one, and the reasons it was dropped (``fail`` records) in the audited one:
+the reference run and in the audited one, and the reasons it was dropped (``fail`` and ``drop`` records) in the
+audited one:
 
 - lost: trained fewer times than in the reference, the difference not accounted for by a drop;
 - duplicated: trained more times than in the reference (a prompt the reference never trained counts here too);
@@ -79,7 +80,7 @@ def read_ledger(directory) -> RunLedger:
         for record in records[1:]:
             if record.get("op") == "train":
                 out.trained[record["i"]] += 1
-            elif record.get("op") == "fail":
+            elif record.get("op") in ("fail", "drop"):
                 out.dropped.setdefault(record["i"], []).append(record.get("reason", ""))
     return out
 

@@ -7,6 +7,7 @@ States: ``pending`` (to be issued), ``issued`` to a replica with an attempt numb
                                     --fail(a)-----> failed(reason)
                                     --revoke------> pending   (its replica died, or a resume found it in flight)
     done --train--> trained   (the loop trained on its result)
+    done --drop(reason)--> failed   (the loop could not train on its result: every sample failed verification)
 
 In the fleet's words (docs/fleet.md): pending is queued, issued is generating, done is verified, failed is dropped.
 
@@ -130,7 +131,7 @@ class Ledger:
                 got = self._issue(index, record["replica"])
                 if got != attempt:
                     raise LedgerError(f"attempt {attempt}, expected {got}")
-            elif op == "train":
+            elif op in ("train", "drop"):
                 self._check_trainable(index)
                 self._apply(record)
             elif op in ("done", "fail", "revoke"):
@@ -172,6 +173,14 @@ class Ledger:
         """``index``'s result (done) was trained on: the prompt is finished for the epoch."""
         self._check_trainable(index)
         record = {"op": "train", "i": index}
+        self._append(record)
+        self._apply(record)
+
+    def drop(self, index: int, reason: str) -> None:
+        """``index``'s result (done) could not be trained on (``reason``: e.g. every sample of its group failed
+        verification, so the group is out of the loss): failed, the prompt is finished for the epoch."""
+        self._check_trainable(index)
+        record = {"op": "drop", "i": index, "reason": str(reason)}
         self._append(record)
         self._apply(record)
 
@@ -243,7 +252,7 @@ class Ledger:
             new = PromptState(DONE, old.replica, old.attempt, payload=record.get("payload"))
         elif record["op"] == "train":
             new = PromptState(TRAINED, old.replica, old.attempt, payload=old.payload)
-        elif record["op"] == "fail":
+        elif record["op"] in ("fail", "drop"):
             new = PromptState(FAILED, old.replica, old.attempt, reason=record["reason"])
         else:
             new = PromptState(PENDING, old.replica, old.attempt)

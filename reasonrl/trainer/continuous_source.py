@@ -48,7 +48,7 @@ from reasonrl.fleet.ledger import Ledger
 
 from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Replicas, first_line, mark_trained
+from .replicas import FleetRound, Replicas, first_line, mark_trained, untrainable_groups
 from .streaming import generate_verified, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"
@@ -68,7 +68,7 @@ class ContinuousSource:
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
         self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
-        self.trainable = None  # the journal of the batch returned last, trained at the next publish
+        self.trainable = None  # the batch returned last (journal, untrainable positions), trained at the next publish
         self.stats: Dict[str, float] = {}
         self.batch_size, self.total_steps, self.partial = batch_size, total_steps, partial
         self.admission = AdmissionController(batch_size=batch_size, max_staleness=max_staleness)
@@ -121,8 +121,8 @@ class ContinuousSource:
             rnd = self.rounds.pop(step)
             rnd.ledger.close()
             load = self.batch_load.pop(step, {})
-            self.trainable = rnd.ledger.path
             samples = [s for k in range(self.batch_size) for s in by_position[k]]
+            self.trainable = (rnd.ledger.path, untrainable_groups(samples))
             fleet = self.fleet.round_metrics(rnd, samples, load)
             self.stats = {**fleet, **self.admission.metrics(),
                           "async/staleness": float(step - fleet["fleet/weights_version"])}
@@ -151,7 +151,9 @@ class ContinuousSource:
                 staged = {}
                 for name in self.fleet.names():
                     actor = self.fleet.actor(name)
-                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes here
+                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes (or skips) here
+                    if action == "skip":
+                        continue  # a stale replica (the weight-sync check's test)
                     if action is not None:
                         actor.__ray_call__.remote(run_in_actor, action)
                     if self.partial:
@@ -170,6 +172,10 @@ class ContinuousSource:
         mark_trained(self.trainable)
         self.trainable = None
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named)."""
+        return self.fleet.check_weights(prompt_ids, response_ids)
 
     def save(self, directory: str) -> None:
         """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters."""
@@ -336,7 +342,7 @@ class ContinuousSource:
     def _lose_replica(self, name: str, actor: Any, cause: str) -> None:
         """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on
         the other live replicas (its replacement when none lives); the restart booked; a new actor with the current
-        weights. A failure of an actor already replaced changes nothing."""
+        weights (``Replicas.replace_lost``'s order). A failure of an actor already replaced changes nothing."""
         if self.fleet.actor(name) is not actor:
             return
         for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
@@ -344,20 +350,17 @@ class ContinuousSource:
         self.busy.pop(name, None)
         self.backlog.pop(name, None)  # issued in the ledger: revoked below with the rest
         revoked: Dict[int, List[int]] = {}
-        for j, rnd in self.rounds.items():
-            positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
-            rnd.reissued.extend(positions)
-            if positions:
-                revoked[j] = positions
-        self.fleet.router.remove(name)
-        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost groups revoked, not reissued
-        self.fleet.reissued += sum(len(p) for p in revoked.values())
-        self.fleet.book(name, cause)  # past the budget the run stops here (RestartBudgetSpent)
-        if not self.fleet.router.accepting():
-            self.fleet.respawn(name)
+
+        def revoke() -> int:
+            for j, rnd in self.rounds.items():
+                positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
+                rnd.reissued.extend(positions)
+                if positions:
+                    revoked[j] = positions
+            return sum(len(p) for p in revoked.values())
+
+        def reissue() -> None:
             for j, positions in revoked.items():
                 self._route(j, positions)
-            return
-        for j, positions in revoked.items():
-            self._route(j, positions)
-        self.fleet.respawn(name)
+
+        self.fleet.replace_lost(name, cause, revoke, reissue)

@@ -34,7 +34,7 @@ from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained
+from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained, untrainable_groups
 from .streaming import generate_verified, verify
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
@@ -46,7 +46,7 @@ class FleetSource:
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
         self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
-        self.trainable = None  # the journal of the round returned last, trained at the next publish
+        self.trainable = None  # the round returned last (journal, untrainable positions), trained at the next publish
         self.stats: Dict[str, float] = {}
 
     # ------------------------------------------------------------------ the loop's members
@@ -71,7 +71,7 @@ class FleetSource:
             ledger.close()
         with timer("verify"):
             samples = verify(samples, self.pool, self.reward_cfg)
-        self.trainable = path
+        self.trainable = (path, untrainable_groups(samples))
         self.stats = self.fleet.round_metrics(rnd, samples, load)
         return Round(prompts, samples, indices)
 
@@ -94,7 +94,9 @@ class FleetSource:
             calls = {}
             for name in self.fleet.names():
                 actor = self.fleet.actor(name)
-                action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes here
+                action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes (or skips) here
+                if action == "skip":
+                    continue  # a stale replica (the weight-sync check's test)
                 if action is not None:
                     actor.__ray_call__.remote(run_in_actor, action)
                 calls[name] = actor.load_published.remote(self.fleet.weights, version)
@@ -106,6 +108,10 @@ class FleetSource:
         mark_trained(self.trainable)
         self.trainable = None
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named)."""
+        return self.fleet.check_weights(prompt_ids, response_ids)
 
     def save(self, directory: str) -> None:
         """The ledger's journals and the fleet's counters."""
@@ -171,16 +177,16 @@ class FleetSource:
     def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str,
               cause: str) -> Dict[str, List[Issued]]:
         """``name`` is lost mid-round: its prompts go, once, to the other live replicas (or its replacement when none
-        lives), and it is replaced. Returns the re-issued prompts' assignment, for the caller to send."""
+        lives), and it is replaced (``Replicas.replace_lost``). Returns the re-issued prompts' assignment, for the
+        caller to send."""
         for ref in [ref for ref, (owner, _) in calls.items() if owner == name]:
             del calls[ref]  # a late answer of the lost replica's calls is not waited for
-        positions = rnd.lost(name, cause)
-        self.fleet.reissued += len(positions)
-        self.fleet.book(name, cause)  # before anything is issued again: past the budget the run stops here
-        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
-        if self.fleet.router.accepting():  # the other live replicas (the lost one left the router)
-            assignment = rnd.assign(positions)
-            self.fleet.respawn(name)
-            return assignment
-        self.fleet.respawn(name)
-        return rnd.assign(positions)
+        positions: List[int] = []
+        assignment: Dict[str, List[Issued]] = {}
+
+        def revoke() -> int:
+            positions.extend(rnd.lost(name, cause))
+            return len(positions)
+
+        self.fleet.replace_lost(name, cause, revoke, lambda: assignment.update(rnd.assign(positions)))
+        return assignment

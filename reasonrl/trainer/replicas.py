@@ -5,17 +5,19 @@ group sticky to one replica), their health and the run's restart budget (``fleet
 the newest published weights, and the ledger's folder (``fleet.ledger``: one journal per round under
 ``<output_dir>/fleet/``, copied into each checkpoint with the fleet's counters).
 
-A replica is replaced (``book`` then ``respawn``): the restart counted against ``fleet.max_restarts``
+A replica is replaced (``book`` then ``respawn``; with work in flight ``replace_lost``, which revokes and issues it
+again around them in one order for both sources): the restart counted against ``fleet.max_restarts``
 (``RestartBudgetSpent``, naming it and the cause, past it), a new actor on its bundle that loads the current weights
 before its first request. ``FleetRound`` is one round's pure bookkeeping over the router and the round's ledger.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import ray
 
@@ -24,11 +26,15 @@ from reasonrl.fault_points import fault_point
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
+from reasonrl.fleet.weight_check import compare_replicas
 
 LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
 STATE_FILE = "fleet_state.json"
 """The fleet's counters in a checkpoint (restarts, re-issued prompts)."""
+RESTARTS_FILE = "restarts.jsonl"
+"""The run's restarts, one fsync'd line each as it is booked, in the ledger's folder: past the last checkpoint too, so
+a resume of the same run directory keeps the restarts made after its checkpoint (the budget is per run)."""
 
 Issued = Tuple[int, int]
 """A prompt's position in its round and the attempt issued."""
@@ -54,6 +60,22 @@ def drop_rounds_from(directory: Path, step: int) -> List[int]:
     for s in dropped:
         (Path(directory) / f"round_{s:06d}.jsonl").unlink()
     return dropped
+
+
+def read_restarts(path: Path) -> List[dict]:
+    """The restarts journal's complete lines (a torn last line, from a process killed inside a write, left out)."""
+    if not Path(path).exists():
+        return []
+    lines = Path(path).read_bytes().split(b"\n")[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def append_restart(path: Path, record: dict) -> None:
+    """One restart on the journal ``path``, durable when this returns."""
+    with open(path, "ab") as f:
+        f.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def round_ledger(path: Path) -> Ledger:
@@ -123,6 +145,7 @@ class Replicas:
         self.workers, self.rollouts = workers, rollouts
         rollouts.call_error = RolloutWorkerError
         self.watchdog_s = fleet_cfg.watchdog_s
+        self.weight_sync_max_diff = fleet_cfg.weight_sync_max_diff
         self.health = FleetHealth(HealthPolicy(watchdog_s=fleet_cfg.watchdog_s,
                                                restart_budget=fleet_cfg.max_restarts))
         self.router = Router("least_outstanding", load="requests")
@@ -143,9 +166,12 @@ class Replicas:
 
     def start(self, step: int) -> None:
         """The ledger's folder, without journals of rounds ``step`` and later (left by a run stopped before a
-        checkpoint held them: those rounds were not trained in this run's history and are drawn again)."""
+        checkpoint held them: those rounds were not trained in this run's history and are drawn again); from step 0
+        without the restarts journal of a run stopped before its first checkpoint."""
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
         drop_rounds_from(self.ledger_dir, step)
+        if step == 0:  # the run starts over (no checkpoint): so do its restarts
+            (self.ledger_dir / RESTARTS_FILE).unlink(missing_ok=True)
 
     def put_weights(self, version: int) -> List[Any]:
         """Actor rank 0's weights of ``version`` into Ray's object store, once (``self.weights``); the named tensors."""
@@ -162,6 +188,8 @@ class Replicas:
     def book(self, name: str, cause: str) -> None:
         """The restart of ``name`` counted (RestartBudgetSpent, naming it and the cause, when the budget is spent)."""
         self.health.restart(name, cause)
+        append_restart(self.ledger_dir / RESTARTS_FILE, {"replica": name, "cause": cause,
+                                                         "restart": self.health.restarts})
         print(f"fleet: replacing {name} ({cause}); restart {self.health.restarts} of "
               f"{self.health.policy.restart_budget}", flush=True)
 
@@ -175,50 +203,136 @@ class Replicas:
             ray.get(actor.__ray_ready__.remote())
         self.router.add(name)
 
+    def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
+        """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
+        prompts in flight in the ledger (returns how many), it leaves the router, the restart is booked (past the
+        budget the run stops here, nothing issued again; fault point ``fleet.replica_lost`` after it), then
+        ``reissue()`` issues the revoked prompts again, once: on the other live replicas before the respawn, or, when
+        none lives, on the replacement after it."""
+        revoked = revoke()
+        if name in self.router.replicas():
+            self.router.remove(name)
+        self.reissued += revoked
+        self.book(name, cause)
+        fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
+        if self.router.accepting():  # the other live replicas (the lost one left the router)
+            reissue()
+            self.respawn(name)
+        else:
+            self.respawn(name)
+            reissue()
+
     def replace(self, name: str, cause: str) -> None:
         """Between rounds (a failed weight load): ``name`` replaced, nothing in flight to issue again."""
         self.book(name, cause)
         self.router.remove(name)
         self.respawn(name)
 
+    def check_weights(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """The weight-sync check (``fleet.weight_check``): every live replica scores ``response_ids`` after
+        ``prompt_ids`` with the weights it holds, against the actor's log-probs; ``StaleReplicaError`` names a
+        replica not at ``self.version`` or off by more than ``fleet.weight_sync_max_diff``. A replica that dies
+        meanwhile is not checked (its replacement loads the current weights before any request)."""
+        actor_lp = self.workers.actor_sequence_logprobs(prompt_ids, response_ids)
+        calls = {name: (self.actor(name).weights_version.remote(),
+                        self.actor(name).sequence_logprobs.remote([list(prompt_ids)], [list(response_ids)]))
+                 for name in self.names()}
+        answers = {}
+        for name, (version, lps) in calls.items():
+            try:
+                answers[name] = (ray.get(version, timeout=self.watchdog_s), ray.get(lps, timeout=self.watchdog_s)[0])
+            except ray.exceptions.RayActorError:
+                continue
+        return compare_replicas(actor_lp, answers, self.version, self.weight_sync_max_diff)[1]
+
     def metrics(self) -> Dict[str, float]:
         return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
 
     def round_metrics(self, rnd: "FleetRound", samples: Sequence[Any], load: Dict[str, int]) -> Dict[str, float]:
-        """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued
-        and lost prompts, the oldest weight version of its samples, the prompts each replica served."""
+        """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued,
+        lost and dropped (``untrainable_groups``) prompts, the oldest weight version of its samples, the prompts each
+        replica served."""
         return {**self.metrics(), "fleet/round_reissued": float(len(rnd.reissued)),
+                "fleet/round_dropped": float(len(untrainable_groups(samples))),
                 "fleet/round_lost": float(rnd.count - rnd.ledger.counts()[DONE]),
                 "fleet/weights_version": float(min(s.weights_version for s in samples)),
                 **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
 
     def save(self, directory: str) -> None:
-        """The ledger's journals and the fleet's counters."""
-        target = Path(directory) / LEDGER_DIR
-        shutil.copytree(self.ledger_dir, target, dirs_exist_ok=True)
-        fault_point("fleet.ledger_saved")
-        (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": self.health.restarts,
-                                                              "reissued": self.reissued}))
+        """The ledger's journals and the fleet's counters (``save_fleet``)."""
+        save_fleet(self.ledger_dir, directory, self.health.restarts, self.reissued)
 
     def load(self, directory: str) -> None:
-        """The checkpoint's ledger replaces the run's (rounds drawn after it were not trained: they are drawn again)."""
-        source = Path(directory) / LEDGER_DIR
-        if source.is_dir():
-            shutil.rmtree(self.ledger_dir, ignore_errors=True)
-            shutil.copytree(source, self.ledger_dir)
-        state_file = Path(directory) / STATE_FILE
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            self.health.restarts, self.reissued = state["restarts"], state["reissued"]
+        """The checkpoint's ledger and counters, the run's restarts (``load_fleet``)."""
+        counters = load_fleet(self.ledger_dir, directory)
+        if counters is not None:
+            self.health.restarts, self.reissued = counters
 
 
-def mark_trained(path: Optional[Path]) -> None:
-    """Every done prompt of the round journal ``path`` (the round just trained on) marked ``trained``."""
-    if path is None:
+def save_fleet(ledger_dir: Path, directory: str, restarts: int, reissued: int) -> None:
+    """Into the checkpoint ``directory``: the ledger's folder (round journals, restarts journal) and the counters."""
+    shutil.copytree(ledger_dir, Path(directory) / LEDGER_DIR, dirs_exist_ok=True)
+    fault_point("fleet.ledger_saved")
+    (Path(directory) / STATE_FILE).write_text(json.dumps({"restarts": restarts, "reissued": reissued}))
+
+
+def load_fleet(ledger_dir: Path, directory: str) -> Optional[Tuple[int, int]]:
+    """From the checkpoint ``directory``: its ledger replaces the run's in ``ledger_dir`` (rounds drawn after it were
+    not trained: they are drawn again); the (restarts, re-issued) counters to resume with, None when it holds none.
+    The restarts are the run's: those the run's restarts journal holds past the checkpoint (a replica replaced after
+    it, then the trainer stopped) still count against the budget, and the journal keeps them."""
+    spent = read_restarts(Path(ledger_dir) / RESTARTS_FILE)  # read before the checkpoint's folder replaces it
+    source = Path(directory) / LEDGER_DIR
+    if source.is_dir():
+        shutil.rmtree(ledger_dir, ignore_errors=True)
+        shutil.copytree(source, ledger_dir)
+    state_file = Path(directory) / STATE_FILE
+    if not state_file.exists():
+        return None
+    state = json.loads(state_file.read_text())
+    restarts = state["restarts"]
+    if len(spent) > restarts:
+        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
+        (Path(ledger_dir) / RESTARTS_FILE).unlink(missing_ok=True)
+        for record in spent:
+            append_restart(Path(ledger_dir) / RESTARTS_FILE, record)
+        restarts = len(spent)
+    return restarts, state["reissued"]
+
+
+Trainable = Tuple[Path, Dict[int, str]]
+"""A round returned to the loop: its journal, and the positions it cannot train on with the reason of each."""
+
+
+def untrainable_groups(samples: Sequence[Any]) -> Dict[int, str]:
+    """The round's positions (``Sample.group``) whose every sample failed verification: the loop leaves failed samples
+    out of the advantages and the loss, so such a prompt is not trained on; each with its reason (the first sample's
+    verifier and its failure)."""
+    by_group: Dict[int, List[Any]] = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s)
+    out = {}
+    for k, group in sorted(by_group.items()):
+        if all(getattr(s.result, "failed", False) for s in group):
+            why = (getattr(group[0].result, "info", None) or {}).get("reason", "")
+            out[k] = f"every sample failed verification ({group[0].verifier}: {why})"[:300]
+    return out
+
+
+def mark_trained(trainable: Optional[Trainable]) -> None:
+    """The round just trained on (``trainable``: its journal and its untrainable positions): every done prompt marked
+    ``trained``, but those positions, marked dropped (``failed``) with their reason."""
+    if trainable is None:
         return
+    path, dropped = trainable
     ledger = round_ledger(path)
-    for index in ledger.in_state(DONE):
-        ledger.trained(index)
+    done = set(ledger.in_state(DONE))
+    for k, index in enumerate(ledger.prompts):
+        if index in done:
+            if k in dropped:
+                ledger.drop(index, dropped[k])
+            else:
+                ledger.trained(index)
     ledger.close()
 
 

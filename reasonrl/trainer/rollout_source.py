@@ -9,6 +9,7 @@ both implementations against this list). A step, in the loop's order:
     generate_verified(prompts, ...)   one response per prompt, verified: validation and ReMax's greedy baseline
     release_devices(timer)            before the update: engines on the trainer's devices give their memory up
     publish(version, timer)           after it: the actor's weights of ``version`` to the engines (None: not updated)
+    check_weight_sync(prompt, resp)   ``rollout.check_weight_sync``: the engines' log-probs of a sequence vs the actor's
     save(directory) / load(directory) what the source holds beyond the workers' checkpoint (rounds generated ahead)
     close()
 
@@ -51,6 +52,11 @@ class RolloutSource(Protocol):
         """After the update: the actor's weights of ``version`` (the number of updates they include) to the engines;
         ``None``: nothing was updated, the engines keep their weights and take back what ``release_devices`` freed.
         Returns the sync's metrics (``weight_sync/bytes``)."""
+
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """After ``publish`` (``rollout.check_weight_sync``): the engines' log-probs of ``response_ids`` after
+        ``prompt_ids`` against the actor's (the fleet: every replica's, a stale one named in the error that stops the
+        run). Returns the check's metrics."""
 
     def save(self, directory: str) -> None:
         """Into a checkpoint being written: what the source holds that the workers' checkpoint does not."""

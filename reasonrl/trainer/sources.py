@@ -81,6 +81,10 @@ class ColocatedSource:
             sync = self.workers.sync_weights()
         return {"weight_sync/bytes": sync[0]["bytes"]}
 
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """The colocated engine against the actor (``ActorRolloutRefWorker.check_weight_sync``)."""
+        return self.workers.check_weight_sync(prompt_ids, response_ids)
+
     def save(self, directory: str) -> None:
         """Nothing is ahead of the loop: the data position is the sampler's."""
 
@@ -183,6 +187,10 @@ class AsyncSource:
                                  (self.rollouts, self.rollouts.submit("receive_weights", self.weight_specs, version))],
                                 f"syncing the weights of version {version}")
         return {"weight_sync/bytes": sent[0]["bytes"]}
+
+    def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+        """Not with the plain async mode (the config refuses ``rollout.check_weight_sync`` without the fleet)."""
+        raise ValueError("rollout.check_weight_sync needs fleet.enabled with trainer.mode=async")
 
     def save(self, directory: str) -> None:
         """The rounds ahead of the loop (waited for: they are what the next steps train on) and the engines' random

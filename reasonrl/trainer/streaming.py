@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from reasonrl.controller.worker_group import GenerationError  # noqa: F401  (raised by iter_stream)
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample, attach_results, bind_prompts
 from reasonrl.rewards import verifier_for, verify_item

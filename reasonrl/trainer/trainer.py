@@ -216,7 +216,7 @@ class Trainer:
                 batch["advantages"], batch["returns"] = self.advantages(batch, scores, verdicts, rnd, baseline)
             metrics.update(self.update_and_publish(batch, timer))
             if cfg.rollout.check_weight_sync:
-                metrics.update(self.workers.check_weight_sync(samples[0].prompt_ids, samples[0].response_ids))
+                metrics.update(self.source.check_weight_sync(samples[0].prompt_ids, samples[0].response_ids))
         metrics.update(self.step_kl_coef(metrics, len(batch)))
         metrics.update(self.step_tail_metrics(timer, loss_mask(batch), batch))
         if cfg.trainer.log_samples_every and (self.step + 1) % cfg.trainer.log_samples_every == 0:

@@ -192,6 +192,13 @@ class ActorRolloutRefWorker:
                                                         base.sequence_log_probs(prompt_ids, response_ids)))
         return metrics
 
+    @dispatch(RANK_ZERO)
+    @torch.no_grad()
+    def actor_sequence_logprobs(self, prompt_ids: List[int], response_ids: List[int]) -> List[float]:
+        """The actor's log-probs (temperature 1) of ``response_ids`` after ``prompt_ids``: the actor's side of the
+        fleet's per-replica weight-sync check (``fleet.weight_check``). Every rank runs it (an FSDP collective)."""
+        return self.policy.sequence_log_probs(prompt_ids, response_ids)
+
     # ------------------------------------------------------------------ weight transfer (trainer.mode=async)
     @dispatch(RANK_ZERO)
     def open_weight_transfer(self) -> Tuple[str, int]:

@@ -3,7 +3,8 @@ all the time, paced by admission (``async_rollout.max_staleness``); plumbing (pa
 the ledger across a stop and a resume), not learning.
 
 Run A (k = 1, whole responses): 4 steps; replica1 is killed (SIGKILL, fault point ``fleet.replica1.generate#2``)
-as its second call is sent. Run B (k = 2, ``rollout.partial`` in segments of 2 tokens, LoRA: adapters staged on the replicas): stopped by Ctrl-C as step 2
+as its second call is sent; the weight-sync check runs on every replica after each publish. Run B (k = 2,
+``rollout.partial`` in segments of 2 tokens, LoRA: adapters staged on the replicas): stopped by Ctrl-C as step 2
 begins (it finishes step 2, saves it and stops), then resumed to 4 steps from that checkpoint.
 """
 from __future__ import annotations
@@ -46,8 +47,8 @@ def trained_ids(run_dir: Path):
 @pytest.fixture(scope="module")
 def run_a(tmp_path_factory, ray_session, tiny_policy):
     out = tmp_path_factory.mktemp("continuous") / "a"
-    run(tiny_policy, ["trainer.total_steps=4", "trainer.save_every=0", "async_rollout.max_staleness=1"], out,
-        fault="fleet.replica1.generate#2=sigkill")
+    run(tiny_policy, ["trainer.total_steps=4", "trainer.save_every=0", "async_rollout.max_staleness=1",
+                      "rollout.check_weight_sync=true"], out, fault="fleet.replica1.generate#2=sigkill")
     return out
 
 
@@ -83,6 +84,20 @@ def test_admission_bounds_the_lag_and_a_lost_replica_loses_no_prompt(run_a):
     revoked = [r for path in (run_a / "fleet").glob("round_*.jsonl") for r in read_jsonl(path)[1:]
                if r["op"] == "revoke"]
     assert revoked and all(r["reason"].startswith("replica replica1: died") for r in revoked)
+
+
+@pytest.mark.slow
+def test_the_weight_sync_check_passes_each_replica_while_generating_continuously(run_a):
+    """The probe reaches each replica behind its generation in flight and its weight load, so it is scored with the
+    version just published; a replica that died meanwhile is not checked, its replacement is from the next step."""
+    rows = read_jsonl(run_a / "metrics.jsonl")
+    for r in rows:
+        checked = [n for n in ("replica0", "replica1") if f"fleet/weight_sync/{n}/version" in r]
+        assert len(checked) == r["fleet/weight_sync/replicas_checked"] >= 1
+        for n in checked:
+            assert r[f"fleet/weight_sync/{n}/version"] == r["step"]
+            assert r[f"fleet/weight_sync/{n}/mean_abs_diff"] < 1e-4
+    assert rows[-1]["fleet/weight_sync/replicas_checked"] == 2
 
 
 @pytest.mark.slow

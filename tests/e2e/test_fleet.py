@@ -30,7 +30,8 @@ def journal(run_dir: Path, step: int):
 
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory, ray_session, tiny_policy):
-    """2 steps; replica1 killed as step 1's round is handed to it (its 2nd generate call); checkpoint at step 2."""
+    """2 steps; replica1 killed as step 1's round is handed to it (its 2nd generate call); checkpoint at step 2; the
+    weight-sync check on (every replica against the actor after each publish)."""
     from reasonrl import fault_points
 
     out = tmp_path_factory.mktemp("fleet") / "run"
@@ -38,7 +39,7 @@ def killed_run(tmp_path_factory, ray_session, tiny_policy):
     mp.setenv(fault_points.ENV, "fleet.replica1.generate#2=sigkill")
     mp.setattr(fault_points, "_hits", fault_points.Counter())
     trainer = make_trainer(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2",
-                                         f"trainer.output_dir={out}"])
+                                         "rollout.check_weight_sync=true", f"trainer.output_dir={out}"])
     try:
         trainer.fit()
         versions = trainer.rollouts.weights_version()
@@ -78,6 +79,45 @@ def test_a_killed_replica_is_replaced_and_its_prompts_issued_once_more(killed_ru
     trained = [r["i"] for step in (0, 1) for r in journal(out, step) if r["op"] == "train"]
     assert sorted(trained) == list(range(8))
     assert versions == [2, 2]  # the new replica1 took the weights as well
+
+
+@pytest.mark.slow
+def test_the_weight_sync_check_passes_each_replica_of_a_healthy_fleet(killed_run):
+    """After each publish both replicas (at step 2 the new replica1 too) hold the published version and score the
+    probe as the actor does (both float32 on CPU: well under the 0.1 bound)."""
+    out, _ = killed_run
+    for row in read_jsonl(out / "metrics.jsonl"):
+        assert row["fleet/weight_sync/replicas_checked"] == 2
+        for r in (0, 1):
+            assert row[f"fleet/weight_sync/replica{r}/version"] == row["step"]
+            assert row[f"fleet/weight_sync/replica{r}/mean_abs_diff"] < 1e-4
+        assert row["weight_sync/logprob_diff_max"] < 1e-3
+
+
+@pytest.mark.slow
+def test_the_weight_sync_check_names_a_replica_that_did_not_load_the_weights(ray_session, tiny_policy, tmp_path):
+    """replica1 skips the load of step 1's weights (fault action ``skip``): the check stops the run naming it and the
+    version it holds (0); its log-probs are off as well (lr 1e-2 with an entropy bonus moves the tiny model's), while
+    replica0 matches the actor."""
+    from reasonrl import fault_points
+    from reasonrl.fleet.weight_check import StaleReplicaError
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica1.load_published#1=skip")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "actor.lr=1e-2",
+                                         "algorithm.entropy_coef=0.01", "rollout.check_weight_sync=true",
+                                         "fleet.weight_sync_max_diff=1e-3", f"trainer.output_dir={tmp_path}"])
+    try:
+        with pytest.raises(StaleReplicaError, match=r"replica replica1 is stale after the weights of version 1 were "
+                                                    r"published: it holds version 0") as caught:
+            trainer.fit()
+    finally:
+        trainer.close()
+        mp.undo()
+    checked = {d.replica: d for d in caught.value.checked}
+    assert checked["replica0"].version == 1 and checked["replica0"].mean_abs < 1e-4
+    assert checked["replica1"].version == 0 and checked["replica1"].mean_abs > 1e-3
 
 
 @pytest.mark.slow

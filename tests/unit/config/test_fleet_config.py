@@ -22,6 +22,11 @@ FLEET = ["trainer.mode=async", "fleet.enabled=true", "data.train_batch_size=4"]
      "is not supported with tool.enabled"),
     ([*FLEET, "fleet.continuous=true", "rollout.partial=true", "rollout.partial_segment_tokens=0"],
      "rollout.partial_segment_tokens", r"0 is out of range; allowed: [1, inf)"),
+    (["trainer.mode=async", "rollout.check_weight_sync=true"], "rollout.check_weight_sync", "needs fleet.enabled"),
+    ([*FLEET, "fleet.continuous=true", "rollout.partial=true", "rollout.check_weight_sync=true"],
+     "rollout.check_weight_sync", "is not supported with fleet.continuous and rollout.partial"),
+    ([*FLEET, "rollout.check_weight_sync=true", "fleet.weight_sync_max_diff=0"], "fleet.weight_sync_max_diff",
+     r"0.0 is out of range; allowed: (0, inf)"),
 ])
 def test_bad_fleet_input_is_refused_naming_the_key(args, key, words):
     with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{re.escape(words)}"):
@@ -35,3 +40,6 @@ def test_a_fleet_that_fits_loads():
     cfg, _ = load_config([*FLEET, "fleet.continuous=true", "rollout.partial=true", "async_rollout.max_staleness=4"],
                          cuda_available=False)
     assert cfg.fleet.continuous and cfg.rollout.partial and cfg.rollout.partial_segment_tokens == 64
+    cfg, _ = load_config([*FLEET, "rollout.check_weight_sync=true"], cuda_available=False)  # each replica checked
+    assert cfg.rollout.check_weight_sync and cfg.fleet.weight_sync_max_diff == 0.1
+    load_config([*FLEET, "fleet.continuous=true", "rollout.check_weight_sync=true"], cuda_available=False)

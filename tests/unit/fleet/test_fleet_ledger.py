@@ -252,3 +252,25 @@ def test_trained_follows_done_only_and_replays(tmp_path):
     again = Ledger.open(path, 0, PROMPTS)
     assert again.state(10).state == TRAINED and again.state(10).payload == {"x": 1}
     assert again.counts() == {PENDING: 3, ISSUED: 0, DONE: 0, FAILED: 0, TRAINED: 1}
+
+
+def test_a_done_prompt_the_loop_cannot_train_on_is_dropped_and_the_journal_replays_it(tmp_path):
+    """done --drop(reason)--> failed: finished for the epoch, neither trainable nor droppable again, and a reopen
+    replays it."""
+    path = tmp_path / "round.jsonl"
+    ledger = Ledger.open(path, 0, [0, 1])
+    for i in (0, 1):
+        assert ledger.complete(i, ledger.issue(i, "replica0"))
+    ledger.drop(1, "every sample failed verification (math: timed out)")
+    ledger.trained(0)
+    assert ledger.state(1).state == FAILED and ledger.state(1).reason.startswith("every sample failed")
+    assert ledger.finished()
+    with pytest.raises(LedgerError, match="prompt 1 is failed, not done"):
+        ledger.trained(1)
+    with pytest.raises(LedgerError, match="prompt 0 is trained, not done"):
+        ledger.drop(0, "again")
+    ledger.close()
+    again = Ledger.open(path, 0, [0, 1])
+    assert again.counts() == {"pending": 0, "issued": 0, "done": 0, "failed": 1, "trained": 1}
+    assert again.state(1).reason == "every sample failed verification (math: timed out)"
+    again.close()

@@ -47,3 +47,43 @@ def test_a_start_drops_the_journals_of_rounds_not_yet_trained_in_the_runs_histor
     assert drop_rounds_from(tmp_path, 1) == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["round_000000.jsonl"]
     assert drop_rounds_from(tmp_path, 0) == [0] and not list(tmp_path.iterdir())
+
+
+def sample(group, failed, reason="verifier timed out after 5 s"):
+    from reasonrl.data.sample import Sample
+    from reasonrl.verifiers import VerifyResult
+
+    result = VerifyResult.failure(reason) if failed else VerifyResult.incorrect("wrong answer")
+    return Sample(group=group, response_ids=[1], response_text="x", rollout_log_probs=[], finish_reason="stop",
+                  verifier="math", result=result)
+
+
+def test_a_prompt_whose_every_sample_failed_verification_is_dropped_with_its_reason(tmp_path):
+    """Round 3 of 4 prompts x 2 samples: prompt 1's two samples failed verification (out of the loss: not trained);
+    prompt 2 has one failed sample and one verdict (trained on the other). At publish prompt 13 is dropped with the
+    reason, 12, 14, 15 trained; the audit reports 13 dropped, not lost."""
+    from reasonrl.fleet.audit import audit
+    from reasonrl.trainer.replicas import mark_trained, untrainable_groups
+
+    (tmp_path / "run").mkdir()
+    rnd, _, ledger = round_of(tmp_path / "run")
+    issued = rnd.assign(range(4))
+    for name, pairs in issued.items():
+        rnd.answered(name, pairs, {k: 2 for k, _ in pairs})
+    ledger.close()
+    samples = [sample(0, False), sample(0, False), sample(1, True), sample(1, True, "worker died"),
+               sample(2, True), sample(2, False), sample(3, False), sample(3, False)]
+    dropped = untrainable_groups(samples)
+    assert dropped == {1: "every sample failed verification (math: verifier timed out after 5 s)"}
+    mark_trained((ledger.path, dropped))
+    assert ledger_summary(tmp_path / "run") == {"pending": 0, "issued": 0, "done": 0, "failed": 1, "trained": 3}
+    (tmp_path / "reference").mkdir()
+    ref, _, ref_ledger = round_of(tmp_path / "reference")
+    for name, pairs in ref.assign(range(4)).items():
+        ref.answered(name, pairs, {k: 2 for k, _ in pairs})
+    ref_ledger.close()
+    mark_trained((ref_ledger.path, {}))
+    result = audit(tmp_path / "reference", tmp_path / "run")
+    assert result.dropped == {13: ["every sample failed verification (math: verifier timed out after 5 s)"]}
+    assert result.lost == {} and result.duplicated == {}
+    assert result.counts()["dropped"] == 1 and result.counts()["trained"] == 3 and result.counts()["expected"] == 4

@@ -34,7 +34,7 @@ def loop_calls() -> set:
 
 def test_the_protocol_is_the_few_members_the_loop_needs():
     assert declared() == {"start", "next_round", "round_metrics", "generate_verified", "release_devices", "publish",
-                          "save", "load", "close"}
+                          "check_weight_sync", "save", "load", "close"}
     assert loop_calls() == declared()  # nothing else is called, and nothing declared goes unused
 
 
