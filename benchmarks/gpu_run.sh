@@ -19,6 +19,11 @@
 #   benchmarks/gpu_run.sh curriculum SECONDS [OPTS] [KEY=VALUE...]
 #                                         the same, then benchmarks/curriculum.py: task arith_levels, data.sampler
 #                                         uniform vs pass_rate, 2 seeds each, in parallel -> $OUT/curriculum.{json,png}
+#   benchmarks/gpu_run.sh gsm8k SECONDS [OPTS] [KEY=VALUE...]
+#                                         setup (vLLM), SmolLM2, then learning_curve.py --task gsm8k with
+#                                         examples/grpo_gsm8k.sh's settings (2 seeds in parallel, validation on the
+#                                         whole test split every 20 steps) -> $OUT/gsm8k_curve.{json,png}; resumes
+#                                         its runs when called again (carry .carry/data, as for `train`)
 #   benchmarks/gpu_run.sh evidence SECONDS [OPTS] [KEY=VALUE...]
 #                                         learn and curriculum at once (10 processes on the one GPU, 1 thread each)
 #       OPTS (learn, curriculum, evidence): --algos grpo,ppo (learn's algorithms), --label NAME (outputs
@@ -171,7 +176,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   return $rc
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
+cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | gsm8k S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -270,6 +275,34 @@ case $cmd in
     rc=0
     python3 -m reasonrl.doctor "$@" 2>&1 | tee "$OUT/doctor.txt" || rc=$?
     python3 -m reasonrl.doctor --json "$@" > "$OUT/doctor.json" 2>/dev/null || true
+    exit $rc ;;
+  gsm8k)
+    # issue 50 item 4: SmolLM2 on GSM8K with examples/grpo_gsm8k.sh's settings -> $OUT/gsm8k_curve$suffix.{json,png}.
+    # 200 steps take more than one call: the runs checkpoint every 20 steps and when the limit stops them (SIGTERM),
+    # under /tmp/lc/<label>/gsm8k, which a warm machine keeps; the same call again resumes them (trainer.resume=auto)
+    # and the JSON covers every step so far (metrics.jsonl is appended to).
+    limit=${1:?gsm8k SECONDS}
+    shift
+    learn_opts "$@"
+    if [ "${NO_SETUP:-0}" != 1 ]; then
+      setup
+      setup_smollm2
+      engine=vllm
+    else
+      export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+      engine=${ENGINE:-hf}
+    fi
+    export REASONRL_DATA_DIR=${REASONRL_DATA_DIR:-$PWD/.carry/data}
+    mkdir -p "$runs/gsm8k"
+    rc=0
+    python3 benchmarks/learning_curve.py --task gsm8k --label "gsm8k$suffix" --out "$OUT/gsm8k_curve$suffix.json" \
+      --runs-dir "$runs/gsm8k" --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-20}" \
+      --val-size "${val_size:-1319}" --driver local --parallel --time-limit-s "$limit" \
+      --note "GSM8K, examples/grpo_gsm8k.sh's settings, stopped at the time limit of one call${label:+; label $label}" \
+      -- rollout.engine=$engine data.train_batch_size=32 rollout.n=8 rollout.max_new_tokens=512 actor.lr=1e-6 \
+      actor.ppo_mini_batch_size=16 trainer.save_every=20 trainer.resume=auto "${overrides[@]}" \
+      > "$runs/gsm8k.log" 2>&1 || rc=$?
+    tail -n 3 "$runs/gsm8k.log"
     exit $rc ;;
   train)
     setup

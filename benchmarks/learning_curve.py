@@ -1,4 +1,5 @@
-"""Proof of learning: train on the generated arithmetic task and record reward and held-out accuracy per step.
+"""Proof of learning: train on a task (default the generated arithmetic, ``--task``) and record reward and held-out
+accuracy per step.
 
     python benchmarks/learning_curve.py --algorithm grpo --seeds 1 2 --steps 30 --val-every 5 \
         -- rollout.engine=hf data.train_batch_size=8 rollout.n=4 actor.lr=2e-6
@@ -105,7 +106,7 @@ def summarize(runs: List[Dict[str, Any]], val_size: int) -> Dict[str, Any]:
     }
 
 
-def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path) -> None:
+def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path, task: str = "arith") -> None:
     """Two panels: training reward per step, held-out accuracy per validation (one line per seed)."""
     import matplotlib
 
@@ -119,7 +120,7 @@ def plot(runs: List[Dict[str, Any]], algorithm: str, path: Path) -> None:
             ax_r.plot(*zip(*c["reward/mean"]), label=f"seed {r['seed']}", alpha=0.8)
         if c["val/accuracy"]:
             ax_v.plot(*zip(*c["val/accuracy"]), marker="o", label=f"seed {r['seed']}")
-    ax_r.set(title=f"{algorithm}: training reward (arith)", xlabel="step", ylabel="mean reward")
+    ax_r.set(title=f"{algorithm}: training reward ({task})", xlabel="step", ylabel="mean reward")
     ax_v.set(title=f"{algorithm}: held-out accuracy (greedy)", xlabel="step", ylabel="accuracy")
     for ax in (ax_r, ax_v):
         ax.grid(alpha=0.3)
@@ -218,6 +219,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--algorithm", default="grpo", help="an algorithm preset: grpo, ppo, rloo, ...")
     parser.add_argument("--label", default="",
                         help="the variant's name (run directories, learning_curve_<label>.json); default the algorithm")
+    parser.add_argument("--task", default="arith",
+                        help="a built-in task (reasonrl/config/tasks.py): its train split trained on, its validation "
+                             "split held out; a task with upstream files reads them from $REASONRL_DATA_DIR")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--val-every", type=int, default=5)
@@ -233,27 +237,32 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="stop runs still going after this many seconds; they keep the steps they logged")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for reasonrl.train (after --)")
     args = parser.parse_args(argv)
-    from reasonrl.datasets import prepare  # arith is generated: no download, deterministic per split
+    from reasonrl.config.tasks import TASKS
+    from reasonrl.datasets.common import data_dir_from_env, prepare  # arith: generated, deterministic per split
 
+    if args.task not in TASKS:
+        parser.error(f"--task {args.task!r}: not a built-in task ({', '.join(sorted(TASKS))})")
+    task = TASKS[args.task]
     data = Path(args.runs_dir) / "data"
-    train_file, val_file = prepare("arith", "train", out_dir=data), prepare("arith", "test", out_dir=data)
+    train_file = prepare(task.recipe, task.train_split, data_dir_from_env(), out_dir=data)
+    val_file = prepare(task.recipe, task.val_split, data_dir_from_env(), out_dir=data)
     overrides = [f"data.train_files=[{train_file}]", f"data.val_files=[{val_file}]", f"data.val_limit={args.val_size}",
                  *args.overrides]
 
-    runs = run_seeds(args.algorithm, args, overrides)
+    runs = run_seeds(args.algorithm, args, overrides, task=args.task)
     label = args.label or args.algorithm
     out = Path(args.out) if args.out else RESULTS / f"learning_curve_{label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     result = {
-        "benchmark": "learning_curve", "algorithm": args.algorithm, "label": label, "task": "arith", "seeds": args.seeds,
+        "benchmark": "learning_curve", "algorithm": args.algorithm, "label": label, "task": args.task, "seeds": args.seeds,
         "steps": args.steps, "val_every": args.val_every, "note": args.note, "time_limit_s": args.time_limit_s,
         "driver": args.driver, "overrides": overrides,
         "machine": machine(),
         "summary": summarize(runs, args.val_size), "runs": runs, "plot": str(png.relative_to(ROOT))
         if png.is_relative_to(ROOT) else str(png),
     }
-    plot(runs, label, png)
+    plot(runs, label, png, args.task)
     out.write_text(json.dumps(result, indent=2))
     s = result["summary"]
     print(f"{label}: held-out accuracy {s['val_accuracy_step0']['mean']:.3f} -> "
