@@ -16,7 +16,9 @@ string (cut after the token completing the first one in the whole response's tex
 token for token (tests/unit/rollout/test_partial_rollout.py on vLLM, test_partial_hf.py on hf).
 
 The bookkeeping (``Sequence``, ``segment_budget``, ``absorb``) is pure, so it is tested with hand-derived numbers.
-The loop wiring (the fleet's replicas and ``rollout.partial``) is not done yet: see docs/async.md.
+The loop uses it through the fleet's replicas with ``rollout.partial`` (``EngineHost.use_generator``; docs/async.md,
+"Partial rollouts"). The installed vLLM also has ``AsyncLLM.pause_generation(mode="keep")``, which keeps the KV cache
+of the paused requests; it is not used: that path would need the asynchronous engine in every replica.
 """
 from __future__ import annotations
 
