@@ -28,7 +28,8 @@
 #                                         learn and curriculum at once (10 processes on the one GPU, 1 thread each)
 #       OPTS (learn, curriculum, evidence): --algos grpo,ppo (learn's algorithms), --label NAME (outputs
 #       learning_curve_<algo>_NAME.json, curriculum_NAME.json: e.g. a LoRA run beside a full one), --seeds 1,2,
-#       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N
+#       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N, --task T (curriculum:
+#       arith_levels, the default, or countdown: issue 50's A/B, e.g. --task countdown --label countdown --seeds 1,2,3)
 #   NO_SETUP=1 (any mode): use the Python environment as it is (a machine with the stack installed, or the CPU
 #       dry run of benchmarks/README.md); the carried parts are not unpacked
 #   benchmarks/gpu_run.sh nanprobe SECONDS [ARGS]
@@ -108,8 +109,8 @@ setup() {
   python3 -c "import vllm, ray, omegaconf, torch; print('vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 }
 
-learn_opts() {  # learn_opts [--algos A,B] [--label L] [--seeds 1,2] [--steps N] [--val-size N] [--val-every N] KEY=VALUE...
-  algos=(grpo ppo rloo) label="" seeds=(1 2) steps="" val_size="" val_every="" overrides=()
+learn_opts() {  # learn_opts [--algos A,B] [--label L] [--seeds 1,2] [--steps N] [--val-size N] [--val-every N] [--task T] KEY=VALUE...
+  algos=(grpo ppo rloo) label="" seeds=(1 2) steps="" val_size="" val_every="" task="" overrides=()
   while [ $# -gt 0 ]; do
     case $1 in
       --algos) IFS=, read -ra algos <<< "$2"; shift 2 ;;
@@ -118,7 +119,8 @@ learn_opts() {  # learn_opts [--algos A,B] [--label L] [--seeds 1,2] [--steps N]
       --steps) steps=$2; shift 2 ;;
       --val-size) val_size=$2; shift 2 ;;
       --val-every) val_every=$2; shift 2 ;;
-      --*) echo "unknown option $1 (--algos, --label, --seeds, --steps, --val-size, --val-every)" >&2; exit 2 ;;
+      --task) task=$2; shift 2 ;;
+      --*) echo "unknown option $1 (--algos, --label, --seeds, --steps, --val-size, --val-every, --task)" >&2; exit 2 ;;
       *=*) overrides+=("$1"); shift ;;
       *) echo "not an option nor a KEY=VALUE override: $1" >&2; exit 2 ;;
     esac
@@ -168,7 +170,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   mkdir -p "$runs/curriculum"
   python3 benchmarks/curriculum.py --out "$OUT/curriculum$suffix.json" --runs-dir "$runs/curriculum" \
     --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-5}" --val-size "${val_size:-100}" \
-    --parallel --time-limit-s "$limit" --note "H200, runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
+    ${task:+--task "$task"} --parallel --time-limit-s "$limit" --note "H200, runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
     -- "${TRAIN[@]}" "${EXTRA[grpo]}" "${overrides[@]}" > "$runs/curriculum.log" 2>&1 || rc=$?
   tail -n 6 "$runs/curriculum.log"
   tar -C "$runs/curriculum" -czf "$OUT/curriculum_runs$suffix.tar.gz" --exclude='*.parquet' --exclude='hf' \
