@@ -31,10 +31,10 @@ from typing import Any, Dict, List, Optional
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
 ROOT = lc.ROOT
-TASKS = ("search", "code_feedback")
+TASKS = ("search", "search_example", "code_feedback")
 STEP_KEYS = ("reward/mean", "reward/accuracy", "response/length_mean", "timing_s/step", "actor/kl", "actor/entropy")
 """Per-step metrics kept besides every ``env/*`` and ``tool/*`` one."""
-SUMMARY_KEYS = ("reward/mean", "reward/accuracy", "env/turns_mean", "env/calls_per_trajectory", "env/calls/search",
+SUMMARY_KEYS = ("reward/mean", "reward/accuracy", "env/turns_mean", "env/call_rate", "env/calls_per_trajectory", "env/calls/search",
                 "env/calls/python", "env/malformed_calls", "env/failed", "env/drift_rate", "env/reward_mean",
                 "env/reward_verifier_agreement", "env/code_feedback/first_passed", "env/code_feedback/first_failed",
                 "env/code_feedback/fixed", "env/code_feedback/fix_rate", "tool/error_rate", "response/length_mean")
@@ -82,6 +82,7 @@ def plot(task: str, steps: List[Dict[str, Any]], val: List[List[float]], path: P
     line(ax_r, "reward/mean", "reward mean")
     line(ax_r, "reward/accuracy", "accuracy")
     line(ax_r, "env/reward_mean", "environment reward", linestyle="--")
+    line(ax_e, "env/call_rate", "call rate (share with a well-formed call)")
     line(ax_e, "env/calls_per_trajectory", "calls per trajectory")
     line(ax_e, "env/turns_mean", "model turns per trajectory")
     if task == "code_feedback":

@@ -22,12 +22,13 @@ def _column(gen: Any, key: str) -> Optional[List[Any]]:
 
 
 def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, float]:
-    """``env/*`` metrics of one round: rows per environment, turns per trajectory, calls per tool, malformed calls,
-    environment failures and seconds, over the drift-checked rows the boundary drift rate (``env/drift_rate``: the
-    template's rendering differs at a turn boundary, in a tool turn or in text) and the non-canonical rate
-    (``env/noncanonical_rate``: only the model's own token split differs, harmless), the environment's mean reward
-    and, with the verifier ``results``, how often the environment's reward (> 0.5) agrees with the verifier's
-    verdict."""
+    """``env/*`` metrics of one round: rows per environment, turns per trajectory, calls per tool, the share of
+    trajectories with at least one well-formed call (``env/call_rate``; malformed ones are not counted), malformed
+    calls, environment failures and seconds, over the drift-checked rows the boundary drift rate
+    (``env/drift_rate``: the template's rendering differs at a turn boundary, in a tool turn or in text) and the
+    non-canonical rate (``env/noncanonical_rate``: only the model's own token split differs, harmless), the
+    environment's mean reward and, with the verifier ``results``, how often the environment's reward (> 0.5)
+    agrees with the verifier's verdict."""
     envs = _column(gen, "env")
     if envs is None:
         return {}
@@ -38,11 +39,14 @@ def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, 
     turns = _column(gen, "turns") or [0] * len(envs)
     out["env/turns_mean"] = sum(turns) / rows
     per_tool: Counter = Counter()
+    called = 0
     for calls in _column(gen, "calls_per_tool") or []:
         per_tool.update(calls or {})
+        called += bool(sum((calls or {}).values()))
     for name, count in sorted(per_tool.items()):
         out[f"env/calls/{name}"] = float(count)
     out["env/calls_per_trajectory"] = sum(per_tool.values()) / rows
+    out["env/call_rate"] = called / rows
     out["env/malformed_calls"] = float(sum(_column(gen, "malformed_calls") or []))
     failed = [bool(f) for f in _column(gen, "env_failed") or []]
     out["env/failed"] = float(sum(failed))

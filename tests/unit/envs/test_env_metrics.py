@@ -21,6 +21,8 @@ def test_env_metrics_of_a_round():
     m = env_metrics(GEN, [right, right, wrong, wrong])
     assert (m["env/search/count"], m["env/none/count"], m["env/code_feedback/count"]) == (2.0, 1.0, 1.0)
     assert m["env/turns_mean"] == 7 / 4 and m["env/calls/search"] == 2.0 and m["env/calls/python"] == 1.0
+    # rows 0 and 3 made a well-formed call (row 0 twice), rows 1 and 2 none: 2 of 4; row 3's malformed calls don't count
+    assert m["env/call_rate"] == 2 / 4
     assert m["env/calls_per_trajectory"] == 3 / 4 and m["env/malformed_calls"] == 3.0 and m["env/failed"] == 1.0
     assert m["env/seconds"] == 2.0
     assert m["env/drift_checked"] == 3.0 and m["env/drift_rate"] == 1 / 3  # row 2 (plain) is unchecked
