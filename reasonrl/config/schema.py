@@ -214,7 +214,8 @@ class TrainerConfig:
     output_dir: str = "outputs/run"
     """Run directory: metrics.jsonl, checkpoints, samples."""
     resume: str = "auto"
-    """auto (continue from the latest checkpoint in output_dir), never, or a checkpoint directory."""
+    """auto (continue from the latest checkpoint in output_dir), never (start over: the run's log rows an earlier run
+    left in output_dir are dropped), or a checkpoint directory."""
     save_every: int = 10
     """Save a checkpoint every this many steps (and at the end); 0: only at the end."""
     keep_checkpoints: int = 2

@@ -118,10 +118,9 @@ class Trainer:
 
     def _resume(self) -> None:
         """Continue from ``self.resume_from``; rows of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step
-        (logged by a run killed before its checkpoint was complete) are dropped, so every step is logged once."""
-        if self.cfg.trainer.resume == "never":
-            return
-        ckpt = self.resume_from
+        (logged by a run killed before its checkpoint was complete) are dropped, so every step is logged once. A run
+        that starts over (``trainer.resume=never``, or no checkpoint yet) drops every row an earlier run left."""
+        ckpt = self.resume_from  # None with trainer.resume=never (_choose_checkpoint)
         if ckpt is not None:
             self.workers.load_checkpoint(str(ckpt))
             if self.critic is not None:
@@ -140,7 +139,7 @@ class Trainer:
         for name in ("metrics.jsonl", "samples.jsonl"):
             dropped = drop_rows_after(self.run_dir / name, keep_through)
             if dropped:
-                print(f"dropped {dropped} {name} row(s) logged after step {self.step} by the interrupted run",
+                print(f"dropped {dropped} {name} row(s) logged after step {self.step} by an earlier run",
                       flush=True)
 
     def draw(self) -> Tuple[List[Any], List[int]]:
