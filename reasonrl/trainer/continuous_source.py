@@ -42,7 +42,7 @@ import ray
 
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
-from reasonrl.fault_points import arrive, fault_point, run_in_actor
+from reasonrl.fault_points import fault_point
 from reasonrl.fleet.admission import AdmissionController
 from reasonrl.fleet.ledger import Ledger
 
@@ -122,8 +122,9 @@ class ContinuousSource:
             rnd.ledger.close()
             load = self.batch_load.pop(step, {})
             samples = [s for k in range(self.batch_size) for s in by_position[k]]
-            self.trainable = (rnd.ledger.path, untrainable_groups(samples))
-            fleet = self.fleet.round_metrics(rnd, samples, load)
+            dropped = untrainable_groups(samples)
+            self.trainable = (rnd.ledger.path, dropped)
+            fleet = self.fleet.round_metrics(rnd, samples, load, dropped)
             self.stats = {**fleet, **self.admission.metrics(),
                           "async/staleness": float(step - fleet["fleet/weights_version"])}
         return Round(prompts, samples, indices)
@@ -150,12 +151,9 @@ class ContinuousSource:
                 ref = self.fleet.weights
                 staged = {}
                 for name in self.fleet.names():
-                    actor = self.fleet.actor(name)
-                    action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes (or skips) here
-                    if action == "skip":
+                    if self.fleet.arm_fault(name, "load_published") == "skip":
                         continue  # a stale replica (the weight-sync check's test)
-                    if action is not None:
-                        actor.__ray_call__.remote(run_in_actor, action)
+                    actor = self.fleet.actor(name)
                     if self.partial:
                         staged[name] = (actor, actor.stage_published.remote(ref, version))
                     else:  # queued behind the generation the replica runs; checked by the dispatcher
@@ -283,9 +281,7 @@ class ContinuousSource:
                 continue
             del self.backlog[name]
             actor = self.fleet.actor(name)
-            action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
-            if action is not None:
-                actor.__ray_call__.remote(run_in_actor, action)
+            self.fleet.arm_fault(name, "generate")  # test hook: the replica crashes here
             prompts = [self.drawn[j][0][k] for j, k, _ in work]
             batch = Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts],
                                 "groups": [j * self.batch_size + k for j, k, _ in work]})

@@ -30,7 +30,7 @@ import ray
 
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Round, Sample, bind_prompts
-from reasonrl.fault_points import arrive, fault_point, run_in_actor
+from reasonrl.fault_points import fault_point
 from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
@@ -71,8 +71,9 @@ class FleetSource:
             ledger.close()
         with timer("verify"):
             samples = verify(samples, self.pool, self.reward_cfg)
-        self.trainable = (path, untrainable_groups(samples))
-        self.stats = self.fleet.round_metrics(rnd, samples, load)
+        dropped = untrainable_groups(samples)
+        self.trainable = (path, dropped)
+        self.stats = self.fleet.round_metrics(rnd, samples, load, dropped)
         return Round(prompts, samples, indices)
 
     def round_metrics(self) -> Dict[str, float]:
@@ -93,13 +94,9 @@ class FleetSource:
             named = self.fleet.put_weights(version)
             calls = {}
             for name in self.fleet.names():
-                actor = self.fleet.actor(name)
-                action = arrive(f"fleet.{name}.load_published")  # test hook: the replica crashes (or skips) here
-                if action == "skip":
+                if self.fleet.arm_fault(name, "load_published") == "skip":
                     continue  # a stale replica (the weight-sync check's test)
-                if action is not None:
-                    actor.__ray_call__.remote(run_in_actor, action)
-                calls[name] = actor.load_published.remote(self.fleet.weights, version)
+                calls[name] = self.fleet.actor(name).load_published.remote(self.fleet.weights, version)
             for name, ref in calls.items():
                 try:
                     ray.get(ref, timeout=self.fleet.watchdog_s)
@@ -136,9 +133,7 @@ class FleetSource:
             for name, issued in assignment.items():
                 positions = [k for k, _ in issued]
                 actor = self.fleet.actor(name)
-                action = arrive(f"fleet.{name}.generate")  # test hook (REASONRL_FAULT_AT): the replica crashes here
-                if action is not None:
-                    actor.__ray_call__.remote(run_in_actor, action)  # issued before the generation, so it runs first
+                self.fleet.arm_fault(name, "generate")  # test hook: the replica crashes here
                 batch = Batch(meta={"prompt_ids": [prompts[k].token_ids for k in positions],
                                     "rows": [prompts[k].row for k in positions], "groups": list(positions)})
                 calls[actor.generate.remote(batch, self.plan.training_sampling)] = (name, issued)

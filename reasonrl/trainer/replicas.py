@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import ray
 
 from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
-from reasonrl.fault_points import fault_point
+from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
@@ -203,6 +203,15 @@ class Replicas:
             ray.get(actor.__ray_ready__.remote())
         self.router.add(name)
 
+    def arm_fault(self, name: str, call: str) -> Optional[str]:
+        """Test hook (``REASONRL_FAULT_AT=fleet.<name>.<call>=ACTION``) before the caller's ``call`` to replica
+        ``name``: the action armed, if any. A crash or hang runs inside the replica's actor, queued before that call
+        so it runs first; ``skip`` is the caller's to honour (the call is not made: a replica left stale)."""
+        action = arrive(f"fleet.{name}.{call}")
+        if action is not None and action != "skip":
+            self.actor(name).__ray_call__.remote(run_in_actor, action)
+        return action
+
     def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
         """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
         prompts in flight in the ledger (returns how many), it leaves the router, the restart is booked (past the
@@ -248,12 +257,13 @@ class Replicas:
     def metrics(self) -> Dict[str, float]:
         return {**self.health.metrics(), "fleet/reissued": float(self.reissued)}
 
-    def round_metrics(self, rnd: "FleetRound", samples: Sequence[Any], load: Dict[str, int]) -> Dict[str, float]:
+    def round_metrics(self, rnd: "FleetRound", samples: Sequence[Any], load: Dict[str, int],
+                      dropped: Dict[int, str]) -> Dict[str, float]:
         """The fleet's metrics of one round returned to the loop (its ledger complete): these, the round's re-issued,
-        lost and dropped (``untrainable_groups``) prompts, the oldest weight version of its samples, the prompts each
-        replica served."""
+        lost and dropped (``dropped``: its ``untrainable_groups``) prompts, the oldest weight version of its samples,
+        the prompts each replica served."""
         return {**self.metrics(), "fleet/round_reissued": float(len(rnd.reissued)),
-                "fleet/round_dropped": float(len(untrainable_groups(samples))),
+                "fleet/round_dropped": float(len(dropped)),
                 "fleet/round_lost": float(rnd.count - rnd.ledger.counts()[DONE]),
                 "fleet/weights_version": float(min(s.weights_version for s in samples)),
                 **{f"fleet/load/{name}": float(count) for name, count in sorted(load.items())}}
