@@ -22,9 +22,10 @@ worker of that rank, before it generates: ``sigkill`` is a crashed worker),
 ``step.round_taken`` (the step's round is verified, before the update), ``step.updated`` (the actor updated, the
 weights not published yet), ``step.published`` (the weights published; with the fleet the round is ``trained`` in its
 ledger; the metrics row and the checkpoint not written yet), ``eval.batch_stored`` (eval appended a verified batch to
-``samples.jsonl``). The fleet (``trainer/fleet_source.py``): ``fleet.replica<r>.generate`` and
-``fleet.replica<r>.load_published`` (the trainer is about to send that call to the replica; the action runs in the
-replica's process first: ``sigkill`` is a crashed replica), ``fleet.round_issued`` (every prompt of the round handed to
+``samples.jsonl``). The fleet (``trainer/fleet_source.py``): ``fleet.replica<r>.generate``,
+``fleet.replica<r>.load_published`` and ``fleet.replica<r>.check_weights`` (the trainer is about to send that call
+to the replica; the action runs in the replica's process first: ``sigkill`` is a crashed replica, ``hang`` a stuck
+one), ``fleet.round_issued`` (every prompt of the round handed to
 a replica, none answered yet), ``fleet.replica_lost`` (a lost replica's prompts revoked and its restart booked, not
 issued again yet), ``fleet.ledger_saved`` (a checkpoint being written holds the ledger's journals; the workers' files
 not yet). docs/fleet.md's fault matrix kills the trainer, a replica or both at these points.

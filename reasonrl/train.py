@@ -90,7 +90,7 @@ def train(cfg, plan, backend) -> int:
     from reasonrl.trainer.failures import EXIT_HALTED, RunHaltedError
     from reasonrl.trainer.watchdog import EXIT_HUNG, PhaseHangError
     from reasonrl.fleet.health import RestartBudgetSpent
-    from reasonrl.fleet.weight_check import StaleReplicaError
+    from reasonrl.fleet.weight_check import StaleReplicaError, UncheckedReplicaError
 
     from reasonrl.controller.placement import ClusterTooSmallError
     from reasonrl.trainer.backends import RayBackend
@@ -117,7 +117,7 @@ def train(cfg, plan, backend) -> int:
         trainer.fit()
     except PhaseHangError:  # the watchdog printed the phase, the ranks and their stacks
         return EXIT_HUNG
-    except (RestartBudgetSpent, StaleReplicaError) as exc:  # fleet.enabled: a replica needed replacing past
+    except (RestartBudgetSpent, StaleReplicaError, UncheckedReplicaError) as exc:  # fleet.enabled: a replica needed replacing past
         # fleet.max_restarts, or the weight-sync check found one holding old weights
         print(f"reasonrl: stopped: {exc}", file=sys.stderr)
         return exc.exit_status

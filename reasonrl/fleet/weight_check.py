@@ -41,6 +41,18 @@ class StaleReplicaError(RuntimeError):
                          f"{stale.mean_abs:.3g}); it would generate with old weights")
 
 
+class UncheckedReplicaError(RuntimeError):
+    """A replica hung or raised in the check, and so did its replacement: the check cannot say what it holds. Names
+    the replica and the cause; ends the run with the stale replica's exit status."""
+
+    exit_status = EXIT_STALE_REPLICA
+
+    def __init__(self, replica: str, cause: str) -> None:
+        self.replica, self.cause = replica, cause
+        super().__init__(f"fleet: replica {replica} could not be checked after the weights were published: it "
+                         f"{cause}, and so did the replacement that took its place")
+
+
 def abs_diff(a: Sequence[float], b: Sequence[float]) -> Tuple[float, float]:
     """(max, mean) of |a - b| over two equally long, non-empty lists."""
     if len(a) != len(b) or not a:

@@ -172,8 +172,14 @@ class ContinuousSource:
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
-        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named)."""
-        return self.fleet.check_weights(prompt_ids, response_ids)
+        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). The
+        check queues behind the generation a replica runs, which the watchdog bounds: a replica has twice
+        ``fleet.watchdog_s`` to answer, or it is lost as the dispatcher loses one (its groups issued again)."""
+        def lose(name: str, actor: Any, cause: str) -> None:
+            with self.cv:
+                self._lose_replica(name, actor, cause)
+
+        return self.fleet.check_weights(prompt_ids, response_ids, 2 * self.fleet.watchdog_s, lose)
 
     def save(self, directory: str) -> None:
         """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters."""

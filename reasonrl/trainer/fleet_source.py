@@ -107,8 +107,10 @@ class FleetSource:
         return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
-        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named)."""
-        return self.fleet.check_weights(prompt_ids, response_ids)
+        """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). Nothing
+        is in flight between rounds: a replica has ``fleet.watchdog_s`` to answer, or it is replaced."""
+        return self.fleet.check_weights(prompt_ids, response_ids, self.fleet.watchdog_s,
+                                        lambda name, _actor, cause: self.fleet.replace(name, cause))
 
     def save(self, directory: str) -> None:
         """The ledger's journals and the fleet's counters."""

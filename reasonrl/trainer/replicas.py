@@ -26,7 +26,7 @@ from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, Ledger
 from reasonrl.fleet.router import RouteRequest, Router
-from reasonrl.fleet.weight_check import compare_replicas
+from reasonrl.fleet.weight_check import UncheckedReplicaError, compare_replicas
 
 LEDGER_DIR = "fleet"
 """The ledger's folder, in the run directory and in each checkpoint."""
@@ -232,26 +232,49 @@ class Replicas:
             reissue()
 
     def replace(self, name: str, cause: str) -> None:
-        """Between rounds (a failed weight load): ``name`` replaced, nothing in flight to issue again."""
+        """Between rounds (a failed weight load, a failed weight-sync check): ``name`` replaced, nothing in flight to
+        issue again."""
         self.book(name, cause)
         self.router.remove(name)
         self.respawn(name)
 
-    def check_weights(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
+    def check_weights(self, prompt_ids: List[int], response_ids: List[int], patience_s: float,
+                      lose: Callable[[str, Any, str], None]) -> Dict[str, float]:
         """The weight-sync check (``fleet.weight_check``): every live replica scores ``response_ids`` after
         ``prompt_ids`` with the weights it holds, against the actor's log-probs; ``StaleReplicaError`` names a
-        replica not at ``self.version`` or off by more than ``fleet.weight_sync_max_diff``. A replica that dies
-        meanwhile is not checked (its replacement loads the current weights before any request)."""
+        replica not at ``self.version`` or off by more than ``fleet.weight_sync_max_diff``. A replica that has not
+        answered within ``patience_s`` (the caller's: what it may have queued ahead of the check), or raised, is
+        lost (``lose(name, actor, cause)``: the caller replaces it, with any work it had in flight) and its
+        replacement, which loaded the current weights before taking work, is checked in its place, once
+        (``UncheckedReplicaError`` if it fails too). A replica that died meanwhile is not checked: its next call
+        fails and its replacement loads the current weights before any request."""
         actor_lp = self.workers.actor_sequence_logprobs(prompt_ids, response_ids)
-        calls = {name: (self.actor(name).weights_version.remote(),
-                        self.actor(name).sequence_logprobs.remote([list(prompt_ids)], [list(response_ids)]))
-                 for name in self.names()}
-        answers = {}
-        for name, (version, lps) in calls.items():
-            try:
-                answers[name] = (ray.get(version, timeout=self.watchdog_s), ray.get(lps, timeout=self.watchdog_s)[0])
-            except ray.exceptions.RayActorError:
-                continue
+
+        def ask(name: str) -> Tuple[Any, List[Any]]:
+            self.arm_fault(name, "check_weights")  # test hook: a replica hangs or crashes before its check
+            actor = self.actor(name)
+            return actor, [actor.weights_version.remote(),
+                           actor.sequence_logprobs.remote([list(prompt_ids)], [list(response_ids)])]
+
+        calls = {name: ask(name) for name in self.names()}
+        answers: Dict[str, Tuple[int, List[float]]] = {}
+        for replaced in (False, True):
+            deadline = time.monotonic() + patience_s
+            retry = {}
+            for name, (actor, refs) in calls.items():
+                try:
+                    version, lps = ray.get(refs, timeout=max(0.0, deadline - time.monotonic()))
+                    answers[name] = (version, lps[0])
+                except ray.exceptions.RayActorError:
+                    continue
+                except (ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError) as exc:
+                    cause = (f"hung past {patience_s:g} s" if isinstance(exc, ray.exceptions.GetTimeoutError)
+                             else f"failed ({first_line(exc)})")
+                    if replaced:
+                        raise UncheckedReplicaError(name, f"{cause} in the weight-sync check") from exc
+                    lose(name, actor, f"{cause} in the weight-sync check")
+                    retry[name] = ask(name)
+            calls = retry
         return compare_replicas(actor_lp, answers, self.version, self.weight_sync_max_diff)[1]
 
     def metrics(self) -> Dict[str, float]:

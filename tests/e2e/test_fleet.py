@@ -153,13 +153,15 @@ def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(kille
 def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy, tmp_path):
     """replica0 blocks before its first generate (fault action ``hang``): after ``fleet.watchdog_s`` it is replaced
     and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under
-    the 5 s)."""
+    the 5 s). Then replica1 blocks before the weight-sync check after the publish: it is replaced too, and its
+    replacement is checked in its place."""
     from reasonrl import fault_points
 
     mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=hang")
+    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=hang,fleet.replica1.check_weights#1=hang")
     mp.setattr(fault_points, "_hits", fault_points.Counter())
     trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
+                                         "fleet.max_restarts=2", "rollout.check_weight_sync=true",
                                          f"trainer.output_dir={tmp_path}"])
     try:
         trainer.fit()
@@ -173,3 +175,35 @@ def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy,
     assert len(revoked) == 2 and all(r["reason"].startswith("replica replica0: hung") for r in revoked)
     assert {r["replica"] for r in records if r["op"] == "issue" and r["attempt"] == 2} == {"replica1"}
     assert sorted(r["i"] for r in records if r["op"] == "done") == [0, 1, 2, 3]
+    restarts = read_jsonl(tmp_path / "fleet" / "restarts.jsonl")
+    assert [(r["replica"], r["cause"]) for r in restarts] == [
+        ("replica0", restarts[0]["cause"]), ("replica1", "hung past 5 s in the weight-sync check")]
+    assert restarts[0]["cause"].startswith("hung")
+    # both replicas checked after the publish, replica1's replacement at the published version
+    assert row["fleet/weight_sync/replicas_checked"] == 2
+    assert row["fleet/weight_sync/replica0/version"] == row["fleet/weight_sync/replica1/version"] == 1
+    assert row["fleet/weight_sync/replica1/mean_abs_diff"] < 1e-4
+
+
+@pytest.mark.slow
+def test_a_replica_that_cannot_be_checked_twice_stops_the_run_named(ray_session, tiny_policy, tmp_path):
+    """replica1 and then its replacement block before the weight-sync check: the run stops naming replica1 and why
+    (a check that cannot say what a replica holds does not pass it)."""
+    from reasonrl import fault_points
+    from reasonrl.fleet.weight_check import EXIT_STALE_REPLICA, UncheckedReplicaError
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(fault_points.ENV, "fleet.replica1.check_weights#1=hang,fleet.replica1.check_weights#2=hang")
+    mp.setattr(fault_points, "_hits", fault_points.Counter())
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=3",
+                                         "fleet.max_restarts=2", "rollout.check_weight_sync=true",
+                                         f"trainer.output_dir={tmp_path}"])
+    try:
+        with pytest.raises(UncheckedReplicaError, match=r"replica replica1 could not be checked .* it hung past 3 s "
+                                                        r"in the weight-sync check, and so did the replacement"):
+            trainer.fit()
+    finally:
+        trainer.close()
+        mp.undo()
+    assert UncheckedReplicaError.exit_status == EXIT_STALE_REPLICA
+    assert [r["replica"] for r in read_jsonl(tmp_path / "fleet" / "restarts.jsonl")] == ["replica1"]
