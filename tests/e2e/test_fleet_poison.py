@@ -7,8 +7,8 @@ By hand, both sources route round 0's prompts 0..3 to replica0, replica1, replic
 ties to the first added) and send each replica one call: replica1's call of prompts 1 and 3 raises; both go again
 alone (attempt 2) on replica0; prompt 3 answers, prompt 1 raises (alone on replica0: not yet poison) and goes
 alone to replica1 (attempt 3), where it raises again: alone on 2 replicas, it is poison. Its 2 samples are recorded
-failures, the round (4 prompts) trains on the 3 others and drops prompt 1 with the reason; no restart. Step 2's
-round has no poison prompt: its 4 prompts are trained once.
+failures, the round (4 prompts) trains on the 3 others and drops prompt 1 with the reason; no restart. One step a
+run (each run is mostly Ray's and the replicas' start-up).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ BASE = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n
         "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
         "algorithm.use_kl_loss=false", "trainer.ray_address=local", "trainer.log_samples_every=1",
         "fleet.enabled=true", "async_rollout.num_rollout_workers=2", "fleet.max_restarts=0",
-        "trainer.total_steps=2", "trainer.save_every=0"]
+        "trainer.total_steps=1", "trainer.save_every=0"]
 POISON = ",".join(f"fleet.prompt1.generate#{c}=raise" for c in range(1, 5))
 REASON = "poison prompt: its generate call raised alone on replica0, replica1: FaultRaised: fault point: raise"
 
@@ -48,8 +48,8 @@ def records(out: Path, step: int):
 def check(out: Path, hits) -> None:
     assert hits["fleet.prompt1.generate"] == 3  # in 2 replicas' calls, then alone on each: never again
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert [r["fleet/restarts"] for r in rows] == [0, 0] and [r["fleet/round_dropped"] for r in rows] == [1, 0]
+    assert [r["step"] for r in rows] == [1]
+    assert rows[0]["fleet/restarts"] == 0 and rows[0]["fleet/round_dropped"] == 1
     assert rows[0]["fleet/round_reissued"] == 3 and rows[0]["reward/failed_count"] == 2  # 1 and 3, then 1 again
     first = records(out, 0)
     issues = [(r["i"], r["attempt"], r["replica"]) for r in first if r["op"] == "issue"]
@@ -59,8 +59,8 @@ def check(out: Path, hits) -> None:
     assert sorted(revoked) == [(1, 1), (1, 2), (3, 1)]
     assert all(r["reason"].endswith("raised: FaultRaised: fault point: raise") for r in first if r["op"] == "revoke")
     assert [(r["i"], r["reason"]) for r in first if r["op"] == "drop"] == [(1, REASON)]
-    trained = sorted(r["i"] for step in (0, 1) for r in records(out, step) if r["op"] == "train")
-    assert trained == [0, 2, 3, 4, 5, 6, 7]  # every other prompt trained once
+    trained = sorted(r["i"] for r in first if r["op"] == "train")
+    assert trained == [0, 2, 3]  # every other prompt trained once
 
 
 @pytest.mark.slow
