@@ -2,21 +2,20 @@
 docs/fleet.md). A ``RolloutSource``, beside ``ColocatedSource`` and ``AsyncSource`` (sources.py).
 
 Each rollout worker (rank r of the rollout group, on bundle r of its placement group) is one replica, ``replica<r>``.
-A round: the step's prompts are drawn, each is written to the round's ledger (``fleet.ledger``: one journal per
-round under ``<output_dir>/fleet/``) and assigned by the router (``fleet.router``, least outstanding requests,
-sticky per prompt group) to one replica, which generates all its ``n`` samples; each replica gets one ``generate``
-call holding its prompts. When a call answers, its prompts are completed in the ledger (only the attempt in flight
-counts) and their samples kept. When a call raised while its replica lives (``fleet.poison``), its prompts are
-issued again one per call, kept off that replica; a prompt that raised alone on 2 replicas is poison: its samples
-are recorded failures naming them and the error (the round drops it in the ledger), and the replicas it made raise
-are not charged; a replica that keeps raising on prompts that answer elsewhere is replaced as below. When a call
-fails otherwise (the replica's process died) or a replica with
-prompts in flight has not answered for ``fleet.watchdog_s``, the replica is replaced: its prompts are revoked in the
-ledger and issued again, once, on the live replica with the least outstanding work (on the new one when no other
-lives), the restart is booked against ``fleet.max_restarts`` (``fleet.health``: past it, ``RestartBudgetSpent``
-naming the replica and the cause stops the run), and a new actor on the same bundle loads the current weights before
-its first request. Then the round is verified (the reward pool) and returned, staleness 0 (generated on demand, with
-the weights of the step it trains).
+A round: the step's prompts are drawn, each is written to the round's ledger (``fleet.ledger``: one journal per round
+under ``<output_dir>/fleet/``) and assigned by the router (``fleet.router``, least outstanding requests, sticky per
+prompt group) to one replica, which generates all its ``n`` samples; each replica gets one ``generate`` call holding
+its prompts. When a call answers, its prompts are completed in the ledger (only the attempt in flight counts) and
+their samples kept. When a call raised while its replica lives (``fleet.poison``), its prompts are issued again one
+per call, kept off that replica; a prompt that raised alone on 2 replicas is poison: its samples are recorded failures
+naming them and the error (the round drops it in the ledger), and the replicas it made raise are not charged; a
+replica that keeps raising on prompts that answer elsewhere is replaced as below. When a call fails otherwise (the
+replica's process died) or a replica with prompts in flight has not answered for ``fleet.watchdog_s``, the replica is
+replaced: its prompts are revoked in the ledger and issued again, once, on the live replica with the least outstanding
+work (on the new one when no other lives), the restart is booked against ``fleet.max_restarts`` (``fleet.health``:
+past it, ``RestartBudgetSpent`` naming the replica and the cause stops the run), and a new actor on the same bundle
+loads the current weights before its first request. Then the round is verified (the reward pool) and returned,
+staleness 0 (generated on demand, with the weights of the step it trains).
 
 ``publish(v)``: actor rank 0 gathers the weights (``gather_weights``), they go once into Ray's object store and every
 replica loads them with version ``v`` (a replica that fails to is replaced, and the new one loads them); the round just
