@@ -10,6 +10,8 @@ the ``count``-th time (default 1), the action runs:
 - ``hang``: block forever (a stuck worker; used through ``WorkerGroup`` on a worker, see ``hang_here``);
 - ``skip``: the call about to be made at the point is left out (only ``fleet.replica<r>.load_published``: the
   replica keeps the weights it holds, a stale replica for the weight-sync check; elsewhere it does nothing);
+- ``raise``: raise ``FaultRaised`` (a call that fails while its process lives; used through
+  ``fleet.prompt<id>.generate``, see below);
 - ``pause``: block until the file named by ``REASONRL_FAULT_RELEASE`` exists, signal handlers running meanwhile (a
   step held in flight while a test signals the run; the printed ``fault point ...: pause`` line says it is held).
 
@@ -25,7 +27,10 @@ ledger; the metrics row and the checkpoint not written yet), ``eval.batch_stored
 ``samples.jsonl``). The fleet (``trainer/fleet_source.py``): ``fleet.replica<r>.generate``,
 ``fleet.replica<r>.load_published`` and ``fleet.replica<r>.check_weights`` (the trainer is about to send that call
 to the replica; the action runs in the replica's process first: ``sigkill`` is a crashed replica, ``hang`` a stuck
-one), ``fleet.round_issued`` (every prompt of the round handed to
+one), ``fleet.prompt<id>.generate`` (a ``generate`` call holding
+the prompt of ledger id ``<id>`` is about to be sent, counted per call holding it; ``raise``: that call raises in the
+replica, which lives on; a test lists ``#1``, ``#2``, ... to make the prompt raise on every call: a poison prompt,
+``fleet.poison``), ``fleet.round_issued`` (every prompt of the round handed to
 a replica, none answered yet), ``fleet.replica_lost`` (a lost replica's prompts revoked and its restart booked, not
 issued again yet), ``fleet.ledger_saved`` (a checkpoint being written holds the ledger's journals; the workers' files
 not yet). docs/fleet.md's fault matrix kills the trainer, a replica or both at these points.
@@ -42,11 +47,15 @@ from typing import Dict, Optional, Tuple
 
 ENV = "REASONRL_FAULT_AT"
 RELEASE_ENV = "REASONRL_FAULT_RELEASE"
-ACTIONS = ("sigint", "sigkill", "hang", "pause", "skip")
+ACTIONS = ("sigint", "sigkill", "hang", "pause", "skip", "raise")
 PAUSE_POLL_S = 0.05
 """How often ``pause`` looks for its release file (its wait also wakes for every signal, whose handler then runs)."""
 
 _hits: Counter = Counter()
+
+
+class FaultRaised(RuntimeError):
+    """What the ``raise`` action raises."""
 
 
 def parse(spec: str) -> Dict[Tuple[str, int], str]:
@@ -97,6 +106,8 @@ def run_action(action: str) -> None:
         hang_here()
     elif action == "pause":
         pause_until_released()
+    elif action == "raise":
+        raise FaultRaised("fault point: raise")
 
 
 def pause_until_released() -> None:

@@ -116,13 +116,19 @@ class Router:
 
     # ------------------------------------------------------------------ requests
 
-    def assign(self, request: RouteRequest) -> str:
-        """The replica that serves ``request``; it counts as outstanding there until ``complete``."""
+    def assign(self, request: RouteRequest, avoid: Optional[str] = None) -> str:
+        """The replica that serves ``request``; it counts as outstanding there until ``complete``. ``avoid``: a
+        replica not to choose (nor stick to) when another takes work (a prompt that just raised there)."""
         if request.request_id in self._in_flight:
             raise ValueError(f"request {request.request_id!r} is already in flight")
         open_replicas = [r for r in self._replicas.values() if r.accepting]
         if not open_replicas:
             raise NoReplicaError(f"no replica takes work (replicas: {sorted(self._replicas) or 'none'})")
+        if avoid is not None and any(r.name != avoid for r in open_replicas):
+            open_replicas = [r for r in open_replicas if r.name != avoid]
+            for key, table in ((request.trajectory, self._trajectory_at), (request.group, self._group_at)):
+                if key is not None and table.get(key) == avoid:
+                    del table[key]  # the prompt moves off the replica it raised on
         if self.policy == "round_robin":
             chosen = open_replicas[self._turn % len(open_replicas)]
             self._turn += 1

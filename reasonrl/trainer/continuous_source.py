@@ -21,9 +21,10 @@ loads them at its next segment, so its later tokens are stamped ``v``. Only then
 group admitted at ``v`` is generated with weights of ``v`` or newer.
 
 The ledger. Batch ``j``'s journal is ``fleet/round_<j>.jsonl``, as in ``FleetSource``, opened when the batch is
-drawn. A replica that dies, raises, hangs past ``fleet.watchdog_s`` or fails to load weights has its groups
-revoked in their batches' journals and issued again, once, on another replica (or its replacement), and the
-replacement is booked against ``fleet.max_restarts``.
+drawn. A call that raised while its replica lives is answered as in ``FleetSource`` (``fleet.poison``: groups issued
+again alone; a poison group's samples recorded failures). A replica that dies, keeps raising, hangs past
+``fleet.watchdog_s`` or fails to load weights has its groups revoked in their batches' journals and issued again,
+once, on another replica (or its replacement), and the replacement is booked against ``fleet.max_restarts``.
 
 Checkpoints. ``save`` stores the batches drawn and not yet trained (their prompts and dataset positions: the
 sampler's saved position is after them) besides the ledger; a resumed run generates those batches afresh (their
@@ -48,8 +49,8 @@ from reasonrl.fleet.ledger import Ledger
 
 from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Replicas, first_line, mark_trained, untrainable_groups
-from .streaming import generate_verified, verify
+from .replicas import FleetRound, Replicas, first_line, mark_trained, raised_error, untrainable_groups
+from .streaming import generate_verified, poison_samples, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"
 """The checkpoint file of the batches drawn and not yet trained."""
@@ -273,8 +274,8 @@ class ContinuousSource:
         for j, positions in admitted.items():
             self._route(j, positions)
 
-    def _route(self, j: int, positions: List[int]) -> None:
-        for name, issued in self.rounds[j].assign(positions).items():
+    def _route(self, j: int, positions: List[int], avoid: Optional[Dict[int, str]] = None) -> None:
+        for name, issued in self.rounds[j].assign(positions, avoid).items():
             self.backlog.setdefault(name, []).extend((j, k, attempt) for k, attempt in issued)
         if self.batch_size - 1 in positions:
             fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued
@@ -285,13 +286,18 @@ class ContinuousSource:
             work = self.backlog[name]
             if not work or name in self.busy:
                 continue
-            del self.backlog[name]
+            alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.raises.isolated]
+            if alone:  # a group that raised goes alone; the rest waits for the next call
+                work = alone[:1]
+                self.backlog[name].remove(work[0])
+            else:
+                del self.backlog[name]
             actor = self.fleet.actor(name)
-            self.fleet.arm_fault(name, "generate")  # test hook: the replica crashes here
             prompts = [self.drawn[j][0][k] for j, k, _ in work]
+            ids = [j * self.batch_size + k for j, k, _ in work]
             batch = Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts],
-                                "groups": [j * self.batch_size + k for j, k, _ in work]})
-            ref = actor.generate.remote(batch, self.plan.training_sampling)
+                                "groups": ids})
+            ref = self.fleet.generate_call(name, batch, self.plan.training_sampling, ids)
             self.calls[ref] = (name, "generate", work, actor)
             self.busy[name] = ref
             for j, _, _ in work:
@@ -312,8 +318,9 @@ class ContinuousSource:
         except ray.exceptions.RayError as exc:
             cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + first_line(exc)
             with self.cv:
-                self._lose_replica(name, actor, cause)
-            return
+                if kind == "generate" and isinstance(exc, ray.exceptions.RayTaskError):  # the replica lives
+                    return self._raised(name, actor, ref, work, raised_error(exc))
+                return self._lose_replica(name, actor, cause)
         if kind == "load":
             return
         by_group: Dict[int, List[Sample]] = {}
@@ -330,6 +337,7 @@ class ContinuousSource:
                 del self.busy[name]
             for _ in work:
                 self.fleet.health.answered(name, time.monotonic())
+            self.fleet.raises.answered(name, [j * self.batch_size + k for j, k, _ in work])
             for j in sorted({j for j, _, _ in work}):
                 issued = [(k, attempt) for jj, k, attempt in work if jj == j]
                 counts = {k: len(by_group.get(j * self.batch_size + k, [])) for k, _ in issued}
@@ -340,6 +348,32 @@ class ContinuousSource:
                     self.admission.finished((j, k), ok=True, tokens=sum(len(s.response_ids) for s in group),
                                             versions=(min(versions), max(versions)) if versions else None)
             self.cv.notify_all()
+
+    def _raised(self, name: str, actor: Any, ref: Any, work: List[Tuple[int, int, int]], error: str) -> None:
+        """``name``'s generate call of ``work`` raised ``error`` (the replica lives): as ``FleetSource._raised``."""
+        if self.fleet.actor(name) is not actor:
+            return
+        self.busy.pop(name, None)  # ``ref``, its one generate call in flight
+        for _ in work:
+            self.fleet.health.answered(name, time.monotonic())
+        verdict = self.fleet.raises.raised(name, [j * self.batch_size + k for j, k, _ in work], error)
+        retry: Dict[int, List[Tuple[int, int]]] = {}
+        for j, k, attempt in work:
+            rnd, reason = self.rounds[j], verdict.poison.get(j * self.batch_size + k)
+            if reason is None:
+                retry.setdefault(j, []).append((k, attempt))
+            elif rnd.answered(name, [(k, attempt)], {k: rnd.n}):
+                print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
+                self.results[j][k] = poison_samples(k, rnd.n, self.drawn[j][0][k], reason, self.fleet.version,
+                                                    self.reward_cfg)
+                self.admission.finished((j, k), ok=True, tokens=0)
+        self.cv.notify_all()
+        if verdict.replace is not None:
+            return self._lose_replica(name, actor, verdict.replace)
+        for j, issued in retry.items():
+            positions = self.rounds[j].retry(name, issued, f"raised: {error}")
+            self.fleet.reissued += len(positions)
+            self._route(j, positions, self.fleet.raises.avoid)
 
     def _lose_replica(self, name: str, actor: Any, cause: str) -> None:
         """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on

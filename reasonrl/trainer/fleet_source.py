@@ -2,17 +2,20 @@
 docs/fleet.md). A ``RolloutSource``, beside ``ColocatedSource`` and ``AsyncSource`` (sources.py).
 
 Each rollout worker (rank r of the rollout group, on bundle r of its placement group) is one replica, ``replica<r>``.
-A round: the step's prompts are drawn, each is written to the round's ledger (``fleet.ledger``: one journal per
-round under ``<output_dir>/fleet/``) and assigned by the router (``fleet.router``, least outstanding requests,
-sticky per prompt group) to one replica, which generates all its ``n`` samples; each replica gets one ``generate``
-call holding its prompts. When a call answers, its prompts are completed in the ledger (only the attempt in flight
-counts) and their samples kept. When a call fails (the replica's process died, or it raised) or a replica with
-prompts in flight has not answered for ``fleet.watchdog_s``, the replica is replaced: its prompts are revoked in the
-ledger and issued again, once, on the live replica with the least outstanding work (on the new one when no other
-lives), the restart is booked against ``fleet.max_restarts`` (``fleet.health``: past it, ``RestartBudgetSpent``
-naming the replica and the cause stops the run), and a new actor on the same bundle loads the current weights before
-its first request. Then the round is verified (the reward pool) and returned, staleness 0 (generated on demand, with
-the weights of the step it trains).
+A round: the step's prompts are drawn, each is written to the round's ledger (``fleet.ledger``: one journal per round
+under ``<output_dir>/fleet/``) and assigned by the router (``fleet.router``, least outstanding requests, sticky per
+prompt group) to one replica, which generates all its ``n`` samples; each replica gets one ``generate`` call holding
+its prompts. When a call answers, its prompts are completed in the ledger (only the attempt in flight counts) and
+their samples kept. When a call raised while its replica lives (``fleet.poison``), its prompts are issued again one
+per call, kept off that replica; a prompt that raised alone on 2 replicas is poison: its samples are recorded failures
+naming them and the error (the round drops it in the ledger), and the replicas it made raise are not charged; a
+replica that keeps raising on prompts that answer elsewhere is replaced as below. When a call fails otherwise (the
+replica's process died) or a replica with prompts in flight has not answered for ``fleet.watchdog_s``, the replica is
+replaced: its prompts are revoked in the ledger and issued again, once, on the live replica with the least outstanding
+work (on the new one when no other lives), the restart is booked against ``fleet.max_restarts`` (``fleet.health``:
+past it, ``RestartBudgetSpent`` naming the replica and the cause stops the run), and a new actor on the same bundle
+loads the current weights before its first request. Then the round is verified (the reward pool) and returned,
+staleness 0 (generated on demand, with the weights of the step it trains).
 
 ``publish(v)``: actor rank 0 gathers the weights (``gather_weights``), they go once into Ray's object store and every
 replica loads them with version ``v`` (a replica that fails to is replaced, and the new one loads them); the round just
@@ -34,8 +37,8 @@ from reasonrl.fault_points import fault_point
 from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained, untrainable_groups
-from .streaming import generate_verified, verify
+from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained, raised_error, untrainable_groups
+from .streaming import generate_verified, poison_samples, verify
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
 
@@ -70,7 +73,7 @@ class FleetSource:
         finally:
             ledger.close()
         with timer("verify"):
-            samples = verify(samples, self.pool, self.reward_cfg)
+            verify([s for s in samples if s.result is None], self.pool, self.reward_cfg)  # poison ones failed already
         dropped = untrainable_groups(samples)
         self.trainable = (path, dropped)
         self.stats = self.fleet.round_metrics(rnd, samples, load, dropped)
@@ -132,16 +135,19 @@ class FleetSource:
         health = self.fleet.health
 
         def send(assignment: Dict[str, List[Issued]]) -> None:
-            for name, issued in assignment.items():
-                positions = [k for k, _ in issued]
-                actor = self.fleet.actor(name)
-                self.fleet.arm_fault(name, "generate")  # test hook: the replica crashes here
-                batch = Batch(meta={"prompt_ids": [prompts[k].token_ids for k in positions],
-                                    "rows": [prompts[k].row for k in positions], "groups": list(positions)})
-                calls[actor.generate.remote(batch, self.plan.training_sampling)] = (name, issued)
-                for _ in positions:
-                    health.sent(name, time.monotonic())
-                load[name] = load.get(name, 0) + len(positions)
+            for name, held in assignment.items():
+                alone = [[pair] for pair in held if rnd.prompt_id(pair[0]) in self.fleet.raises.isolated]
+                rest = [pair for pair in held if rnd.prompt_id(pair[0]) not in self.fleet.raises.isolated]
+                for issued in alone + ([rest] if rest else []):  # a prompt that raised goes alone
+                    positions = [k for k, _ in issued]
+                    batch = Batch(meta={"prompt_ids": [prompts[k].token_ids for k in positions],
+                                        "rows": [prompts[k].row for k in positions], "groups": list(positions)})
+                    ref = self.fleet.generate_call(name, batch, self.plan.training_sampling,
+                                                   [rnd.prompt_id(k) for k in positions])
+                    calls[ref] = (name, issued)
+                    for _ in positions:
+                        health.sent(name, time.monotonic())
+                    load[name] = load.get(name, 0) + len(positions)
 
         send(rnd.assign(range(len(prompts))))
         fault_point("fleet.round_issued")  # test hook: the trainer stops with every prompt of the round in flight
@@ -155,12 +161,16 @@ class FleetSource:
             name, issued = calls.pop(ready[0])
             try:
                 samples = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as exc:  # the replica lives; its generate raised
+                send(self._raised(rnd, calls, name, issued, raised_error(exc), prompts, by_prompt))
+                continue
             except ray.exceptions.RayError as exc:
                 cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + first_line(exc)
                 send(self._lose(rnd, calls, name, cause))
                 continue
             for _ in issued:
                 health.answered(name, time.monotonic())
+            self.fleet.raises.answered(name, [rnd.prompt_id(k) for k, _ in issued])
             counts: Dict[int, int] = {}
             for s in samples:
                 counts[s.group] = counts.get(s.group, 0) + 1
@@ -170,6 +180,26 @@ class FleetSource:
                     by_prompt.setdefault(s.group, []).append(s)
         ordered = [s for k in range(len(prompts)) for s in by_prompt[k]]
         return bind_prompts(ordered, prompts), load
+
+    def _raised(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str, issued: List[Issued],
+                error: str, prompts: List[Any], by_prompt: Dict[int, List[Sample]]) -> Dict[str, List[Issued]]:
+        """``name``'s call of ``issued`` raised ``error`` (the replica lives): the verdict of ``fleet.poison``. Poison
+        prompts are answered with failed samples (into ``by_prompt``); the others are issued again alone, off
+        ``name``; or, when ``name`` keeps raising, it is replaced (``_lose``: its prompts issued again, one restart).
+        Returns the assignment to send."""
+        for _ in issued:
+            self.fleet.health.answered(name, time.monotonic())
+        verdict = self.fleet.raises.raised(name, [rnd.prompt_id(k) for k, _ in issued], error)
+        for k, attempt in issued:
+            reason = verdict.poison.get(rnd.prompt_id(k))
+            if reason is not None and rnd.answered(name, [(k, attempt)], {k: rnd.n}):
+                print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
+                by_prompt[k] = poison_samples(k, rnd.n, prompts[k], reason, self.fleet.version, self.reward_cfg)
+        if verdict.replace is not None:
+            return self._lose(rnd, calls, name, verdict.replace)
+        retry = rnd.retry(name, [(k, a) for k, a in issued if rnd.prompt_id(k) in verdict.retry], f"raised: {error}")
+        self.fleet.reissued += len(retry)
+        return rnd.assign(retry, avoid=self.fleet.raises.avoid)
 
     def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str,
               cause: str) -> Dict[str, List[Issued]]:

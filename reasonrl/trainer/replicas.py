@@ -9,6 +9,11 @@ A replica is replaced (``book`` then ``respawn``; with work in flight ``replace_
 again around them in one order for both sources): the restart counted against ``fleet.max_restarts``
 (``RestartBudgetSpent``, naming it and the cause, past it), a new actor on its bundle that loads the current weights
 before its first request. ``FleetRound`` is one round's pure bookkeeping over the router and the round's ledger.
+
+A ``generate`` call that raised while its replica lives is not a lost replica: ``Replicas.raises`` (``fleet.poison``)
+says which of its prompts to issue again alone, which are poison (their samples recorded failures,
+``poison_samples``, dropped in the ledger with the reason when the round is trained) and whether the replica is
+replaced after all (it keeps raising on distinct prompts).
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ import ray
 from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
-from reasonrl.fleet.ledger import DONE, Ledger
+from reasonrl.fleet.ledger import DONE, ISSUED, Ledger
+from reasonrl.fleet.poison import RaiseTracker
 from reasonrl.fleet.router import RouteRequest, Router
 from reasonrl.fleet.weight_check import UncheckedReplicaError, compare_replicas
 
@@ -106,13 +112,15 @@ class FleetRound:
     def prompt_id(self, k: int) -> int:
         return self.step * self.count + k
 
-    def assign(self, positions: Sequence[int]) -> Dict[str, List[Issued]]:
+    def assign(self, positions: Sequence[int], avoid: Optional[Dict[int, str]] = None) -> Dict[str, List[Issued]]:
         """Route each prompt position (its ``n`` samples together) to a replica taking work and issue it in the
-        ledger; replica -> its (position, attempt) pairs."""
+        ledger; replica -> its (position, attempt) pairs. ``avoid``: prompt id -> a replica to keep it off when
+        another takes work (where it just raised)."""
         out: Dict[str, List[Issued]] = {}
         for k in positions:
             attempt = self.ledger.state(self.prompt_id(k)).attempt + 1
-            name = self.router.assign(RouteRequest(f"{self.step}:{k}:{attempt}", group=f"{self.step}:{k}", n=self.n))
+            name = self.router.assign(RouteRequest(f"{self.step}:{k}:{attempt}", group=f"{self.step}:{k}", n=self.n),
+                                      avoid=(avoid or {}).get(self.prompt_id(k)))
             out.setdefault(name, []).append((k, self.ledger.issue(self.prompt_id(k), name)))
         return out
 
@@ -126,6 +134,19 @@ class FleetRound:
             if self.ledger.complete(self.prompt_id(k), attempt, {"replica": name, "samples": samples.get(k, 0)}):
                 kept.append(k)
         return kept
+
+    def retry(self, name: str, issued: Sequence[Issued], cause: str) -> List[int]:
+        """``name``'s call of ``issued`` raised: those still in flight revoked (to be issued again), their requests
+        leave the router; their positions."""
+        positions = []
+        for k, attempt in issued:
+            self.router.complete(f"{self.step}:{k}:{attempt}")
+            state = self.ledger.state(self.prompt_id(k))
+            if state.state == ISSUED and state.attempt == attempt:
+                self.ledger.revoke(self.prompt_id(k), f"replica {name}: {cause}")
+                positions.append(k)
+        self.reissued.extend(positions)
+        return positions
 
     def lost(self, name: str, cause: str) -> List[int]:
         """``name`` is gone: its prompts in flight revoked (to be issued again), it leaves the router."""
@@ -156,6 +177,7 @@ class Replicas:
         self.weights: Any = None  # the object-store ref of the latest published weights
         self.version = 0
         self.reissued = 0
+        self.raises = RaiseTracker(self.health.policy.max_consecutive_failures)
 
     def names(self) -> List[str]:
         return [replica_name(rank) for rank in range(self.rollouts.world_size)]
@@ -212,6 +234,16 @@ class Replicas:
             self.actor(name).__ray_call__.remote(run_in_actor, action)
         return action
 
+    def generate_call(self, name: str, batch: Any, sampling: Dict[str, Any], prompt_ids: Sequence[int]) -> Any:
+        """``name``'s ``generate`` call of ``batch`` (the prompts of ledger ids ``prompt_ids``), its ref. Test hooks:
+        ``fleet.<name>.generate`` (``arm_fault``) and ``fleet.prompt<id>.generate`` for each prompt held, where the
+        action ``raise`` makes the call itself raise in the replica (which lives on: a poison prompt)."""
+        self.arm_fault(name, "generate")  # test hook: the replica crashes here
+        actor = self.actor(name)
+        if any(arrive(f"fleet.prompt{i}.generate") == "raise" for i in list(prompt_ids)):
+            return actor.__ray_call__.remote(run_in_actor, "raise")
+        return actor.generate.remote(batch, sampling)
+
     def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
         """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
         prompts in flight in the ledger (returns how many), it leaves the router, the restart is booked (past the
@@ -223,6 +255,7 @@ class Replicas:
             self.router.remove(name)
         self.reissued += revoked
         self.book(name, cause)
+        self.raises.replaced(name)
         fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
         if self.router.accepting():  # the other live replicas (the lost one left the router)
             reissue()
@@ -235,6 +268,7 @@ class Replicas:
         """Between rounds (a failed weight load, a failed weight-sync check): ``name`` replaced, nothing in flight to
         issue again."""
         self.book(name, cause)
+        self.raises.replaced(name)
         self.router.remove(name)
         self.respawn(name)
 
@@ -347,8 +381,10 @@ def untrainable_groups(samples: Sequence[Any]) -> Dict[int, str]:
     out = {}
     for k, group in sorted(by_group.items()):
         if all(getattr(s.result, "failed", False) for s in group):
-            why = (getattr(group[0].result, "info", None) or {}).get("reason", "")
-            out[k] = f"every sample failed verification ({group[0].verifier}: {why})"[:300]
+            info = getattr(group[0].result, "info", None) or {}
+            why = info.get("reason", "")  # a poison prompt's reason says it all (``fleet.poison``)
+            out[k] = why if info.get("poison") else f"every sample failed verification ({group[0].verifier}: {why})"
+            out[k] = out[k][:300]
     return out
 
 
@@ -367,6 +403,12 @@ def mark_trained(trainable: Optional[Trainable]) -> None:
             else:
                 ledger.trained(index)
     ledger.close()
+
+
+def raised_error(exc: BaseException) -> str:
+    """The first line of what a replica's method raised (``RayTaskError``'s cause), else of ``exc``."""
+    cause = getattr(exc, "cause", None)
+    return first_line(cause if isinstance(cause, BaseException) else exc)
 
 
 def first_line(exc: BaseException) -> str:

@@ -93,3 +93,14 @@ def generate_verified(engines, prompts: Sequence[Any], sampling: Dict[str, Any],
     samples = [s for s in bind_prompts(engines.generate(prompt_batch(padded), sampling), padded)
                if s.group < len(real)]
     return verify(samples, pool, reward_cfg)
+
+
+def poison_samples(group: int, n: int, prompt: Any, reason: str, version: int, reward_cfg: Any) -> List[Any]:
+    """The ``n`` samples of a poison prompt (``fleet.poison``): no response, each a recorded failure with ``reason``
+    (left out of the advantages and the loss, never scored 0), stamped with the fleet's weight ``version``."""
+    from reasonrl.verifiers import VerifyResult
+
+    return [Sample(group=group, response_ids=[], response_text="", rollout_log_probs=[], finish_reason="error",
+                   weights_version=version, prompt=prompt, verifier=verifier_for(prompt.row, reward_cfg),
+                   result=VerifyResult.failure(reason, poison=True)) for _ in range(n)]
+

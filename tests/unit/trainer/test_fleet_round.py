@@ -87,3 +87,38 @@ def test_a_prompt_whose_every_sample_failed_verification_is_dropped_with_its_rea
     assert result.dropped == {13: ["every sample failed verification (math: verifier timed out after 5 s)"]}
     assert result.lost == {} and result.duplicated == {}
     assert result.counts()["dropped"] == 1 and result.counts()["trained"] == 3 and result.counts()["expected"] == 4
+
+
+def test_a_raised_calls_prompts_go_again_off_the_replica_and_a_poison_prompt_is_done_with_its_failures(tmp_path):
+    """replica1's call of positions 1 and 3 raised (the replica lives): both revoked, issued again (attempt 2) on
+    replica0, which ``avoid`` keeps them off replica1 for although their group is sticky there; the late answer of
+    the raised attempt changes nothing; position 1 then answered with its failed samples (poison) is done."""
+    rnd, router, ledger = round_of(tmp_path)
+    first = rnd.assign(range(4))
+    assert rnd.retry("replica1", first["replica1"], "raised: FaultRaised") == [1, 3]
+    assert router.outstanding("replica1") == 0 and [ledger.state(i).state for i in (13, 15)] == [PENDING, PENDING]
+    assert rnd.assign([1, 3], avoid={13: "replica1", 15: "replica1"}) == {"replica0": [(1, 2), (3, 2)]}
+    assert rnd.retry("replica1", first["replica1"], "raised again") == []  # not in flight there any more
+    assert rnd.answered("replica0", [(1, 2)], {1: 2}) == [1] and ledger.state(13).state == DONE
+    assert rnd.reissued == [1, 3]
+    # without avoid the group is sticky to the replica it was first on
+    rnd2, _, _ = round_of(tmp_path / "b")
+    again = rnd2.assign(range(4))
+    rnd2.retry("replica1", again["replica1"], "raised")
+    assert rnd2.assign([1]) == {"replica1": [(1, 2)]}
+
+
+def test_a_poison_prompts_samples_are_recorded_failures_dropped_with_the_poison_reason():
+    """``poison_samples``: n failed samples of the prompt (no response, masked, not scored), the prompt's verifier;
+    ``untrainable_groups`` drops the group with the poison reason as it stands (not as a verification failure)."""
+    from reasonrl.config.schema import RewardConfig
+    from reasonrl.data.prompts import Prompt
+    from reasonrl.trainer.replicas import untrainable_groups
+    from reasonrl.trainer.streaming import poison_samples
+
+    reason = "poison prompt: its generate call raised alone on replica0, replica1: FaultRaised: fault point: raise"
+    prompt = Prompt(row={"prompt": "1+1", "answer": "2", "verifier": "math"}, token_ids=[5, 6])
+    bad = poison_samples(1, 2, prompt, reason, version=3, reward_cfg=RewardConfig())
+    assert [(s.group, s.response_ids, s.weights_version, s.result.failed) for s in bad] == [(1, [], 3, True)] * 2
+    assert bad[0].result.score == 0.0 and bad[0].verifier == "math" and bad[0].prompt is prompt
+    assert untrainable_groups([sample(0, False), sample(0, False)] + bad) == {1: reason}

@@ -39,6 +39,19 @@ def test_fault_point_spec():
             parse(bad)
 
 
+def test_a_raise_fault_point_raises_only_at_the_arrivals_it_names(monkeypatch):
+    """``fleet.prompt13.generate#1=raise,...#2=raise``: the first two arrivals raise FaultRaised, the third runs."""
+    from reasonrl import fault_points
+
+    monkeypatch.setenv(fault_points.ENV, "fleet.prompt13.generate#1=raise,fleet.prompt13.generate#2=raise")
+    monkeypatch.setattr(fault_points, "_hits", fault_points.Counter())
+    for _ in range(2):
+        with pytest.raises(fault_points.FaultRaised, match="fault point: raise"):
+            fault_points.fault_point("fleet.prompt13.generate")
+    fault_points.fault_point("fleet.prompt13.generate")
+    assert fault_points._hits["fleet.prompt13.generate"] == 3
+
+
 def test_first_ctrl_c_asks_to_stop_the_second_aborts_and_handlers_are_restored():
     import os
     import signal
