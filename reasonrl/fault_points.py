@@ -11,7 +11,7 @@ the ``count``-th time (default 1), the action runs:
 - ``skip``: the call about to be made at the point is left out (only ``fleet.replica<r>.load_published``: the
   replica keeps the weights it holds, a stale replica for the weight-sync check; elsewhere it does nothing);
 - ``raise``: raise ``FaultRaised`` (a call that fails while its process lives; used through
-  ``fleet.prompt<id>.generate``, see below);
+  ``fleet.prompt<id>.generate``, see below, where ``sigkill`` and ``hang`` run in the replica too);
 - ``pause``: block until the file named by ``REASONRL_FAULT_RELEASE`` exists, signal handlers running meanwhile (a
   step held in flight while a test signals the run; the printed ``fault point ...: pause`` line says it is held).
 
@@ -29,8 +29,10 @@ ledger; the metrics row and the checkpoint not written yet), ``eval.batch_stored
 to the replica; the action runs in the replica's process first: ``sigkill`` is a crashed replica, ``hang`` a stuck
 one), ``fleet.prompt<id>.generate`` (a ``generate`` call holding
 the prompt of ledger id ``<id>`` is about to be sent, counted per call holding it; ``raise``: that call raises in the
-replica, which lives on; a test lists ``#1``, ``#2``, ... to make the prompt raise on every call: a poison prompt,
-``fleet.poison``), ``fleet.round_issued`` (every prompt of the round handed to
+replica, which lives on; ``sigkill`` or ``hang``: run in the replica just before that call, queued ahead of it, so the
+replica dies or hangs when it reaches the call holding the prompt (an engine the prompt crashes); a test lists ``#1``,
+``#2``, ... to make the prompt fail on every call: a poison prompt, ``fleet.poison``), ``fleet.round_issued`` (every
+prompt of the round handed to
 a replica, none answered yet), ``fleet.replica_lost`` (a lost replica's prompts revoked and its restart booked, not
 issued again yet), ``fleet.ledger_saved`` (a checkpoint being written holds the ledger's journals; the workers' files
 not yet). docs/fleet.md's fault matrix kills the trainer, a replica or both at these points.

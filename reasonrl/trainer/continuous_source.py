@@ -24,7 +24,9 @@ The ledger. Batch ``j``'s journal is ``fleet/round_<j>.jsonl``, as in ``FleetSou
 drawn. A call that raised while its replica lives is answered as in ``FleetSource`` (``fleet.poison``: groups issued
 again alone; a poison group's samples recorded failures). A replica that dies, keeps raising, hangs past
 ``fleet.watchdog_s`` or fails to load weights has its groups revoked in their batches' journals and issued again,
-once, on another replica (or its replacement), and the replacement is booked against ``fleet.max_restarts``.
+once, on another replica (or its replacement), and the replacement is booked against ``fleet.max_restarts``; unless
+it kept raising, the groups of the generate call it was running are evidence as in ``FleetSource`` (isolated; a
+group lost with a second replica, alone in its call, is poison).
 
 Checkpoints. ``save`` stores the batches drawn and not yet trained (their prompts and dataset positions: the
 sampler's saved position is after them) besides the ledger; a resumed run generates those batches afresh (their
@@ -286,7 +288,7 @@ class ContinuousSource:
             work = self.backlog[name]
             if not work or name in self.busy:
                 continue
-            alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.raises.isolated]
+            alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.failures.isolated]
             if alone:  # a group that raised goes alone; the rest waits for the next call
                 work = alone[:1]
                 self.backlog[name].remove(work[0])
@@ -320,7 +322,7 @@ class ContinuousSource:
             with self.cv:
                 if kind == "generate" and isinstance(exc, ray.exceptions.RayTaskError):  # the replica lives
                     return self._raised(name, actor, ref, work, raised_error(exc))
-                return self._lose_replica(name, actor, cause)
+                return self._lose_replica(name, actor, cause, (ref, work) if kind == "generate" else None)
         if kind == "load":
             return
         by_group: Dict[int, List[Sample]] = {}
@@ -337,7 +339,7 @@ class ContinuousSource:
                 del self.busy[name]
             for _ in work:
                 self.fleet.health.answered(name, time.monotonic())
-            self.fleet.raises.answered(name, [j * self.batch_size + k for j, k, _ in work])
+            self.fleet.failures.answered(name, [j * self.batch_size + k for j, k, _ in work])
             for j in sorted({j for j, _, _ in work}):
                 issued = [(k, attempt) for jj, k, attempt in work if jj == j]
                 counts = {k: len(by_group.get(j * self.batch_size + k, [])) for k, _ in issued}
@@ -356,31 +358,50 @@ class ContinuousSource:
         self.busy.pop(name, None)  # ``ref``, its one generate call in flight
         for _ in work:
             self.fleet.health.answered(name, time.monotonic())
-        verdict = self.fleet.raises.raised(name, [j * self.batch_size + k for j, k, _ in work], error)
+        verdict = self.fleet.failures.raised(name, [j * self.batch_size + k for j, k, _ in work], error)
         retry: Dict[int, List[Tuple[int, int]]] = {}
         for j, k, attempt in work:
-            rnd, reason = self.rounds[j], verdict.poison.get(j * self.batch_size + k)
+            reason = verdict.poison.get(j * self.batch_size + k)
             if reason is None:
                 retry.setdefault(j, []).append((k, attempt))
-            elif rnd.answered(name, [(k, attempt)], {k: rnd.n}):
-                print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
-                self.results[j][k] = poison_samples(k, rnd.n, self.drawn[j][0][k], reason, self.fleet.version,
-                                                    self.reward_cfg)
-                self.admission.finished((j, k), ok=True, tokens=0)
+            else:
+                self._drop(name, j, k, attempt, reason)
         self.cv.notify_all()
-        if verdict.replace is not None:
-            return self._lose_replica(name, actor, verdict.replace)
+        if verdict.replace is not None:  # it keeps raising: no evidence against the prompts it holds
+            return self._lose_replica(name, actor, verdict.replace, evidence=False)
         for j, issued in retry.items():
             positions = self.rounds[j].retry(name, issued, f"raised: {error}")
             self.fleet.reissued += len(positions)
-            self._route(j, positions, self.fleet.raises.avoid)
+            self._route(j, positions, self.fleet.failures.avoid)
 
-    def _lose_replica(self, name: str, actor: Any, cause: str) -> None:
-        """``name`` (the actor ``actor``) is lost: its groups in every open batch revoked and issued again, once, on
-        the other live replicas (its replacement when none lives); the restart booked; a new actor with the current
-        weights (``Replicas.replace_lost``'s order). A failure of an actor already replaced changes nothing."""
+    def _drop(self, name: str, j: int, k: int, attempt: int, reason: str) -> None:
+        """Group ``k`` of batch ``j`` (``attempt``, on ``name``) is poison: answered with failed samples, finished."""
+        rnd = self.rounds[j]
+        if rnd.answered(name, [(k, attempt)], {k: rnd.n}):
+            print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
+            self.results[j][k] = poison_samples(k, rnd.n, self.drawn[j][0][k], reason, self.fleet.version,
+                                                self.reward_cfg)
+            self.admission.finished((j, k), ok=True, tokens=0)
+
+    def _lose_replica(self, name: str, actor: Any, cause: str, running: Optional[Tuple[Any, List[Any]]] = None,
+                      evidence: bool = True) -> None:
+        """``name`` (the actor ``actor``) is lost: with ``evidence`` (it died, hung or failed a call; not when it
+        keeps raising) the groups of its generate call (``running``, its ref and work, when the caller popped it;
+        else the one in flight) are evidence for ``fleet.poison``: isolated, a poison one dropped; its other groups in
+        every open batch revoked and issued again, once, on the other live replicas (its replacement when none
+        lives); the restart booked; a new actor with the current weights (``Replicas.replace_lost``'s order). A
+        failure of an actor already replaced changes nothing."""
         if self.fleet.actor(name) is not actor:
             return
+        if running is None and self.busy.get(name) in self.calls:
+            running = (self.busy[name], self.calls[self.busy[name]][2])
+        if evidence and running is not None:
+            ref, work = running
+            poison = self.fleet.lost_call(name, [ref], [[j * self.batch_size + k for j, k, _ in work]], cause)
+            for j, k, attempt in work:
+                if j * self.batch_size + k in poison:
+                    self._drop(name, j, k, attempt, poison[j * self.batch_size + k])
+            self.cv.notify_all()
         for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
             del self.calls[ref]
         self.busy.pop(name, None)

@@ -11,11 +11,13 @@ per call, kept off that replica; a prompt that raised alone on 2 replicas is poi
 naming them and the error (the round drops it in the ledger), and the replicas it made raise are not charged; a
 replica that keeps raising on prompts that answer elsewhere is replaced as below. When a call fails otherwise (the
 replica's process died) or a replica with prompts in flight has not answered for ``fleet.watchdog_s``, the replica is
-replaced: its prompts are revoked in the ledger and issued again, once, on the live replica with the least outstanding
-work (on the new one when no other lives), the restart is booked against ``fleet.max_restarts`` (``fleet.health``:
-past it, ``RestartBudgetSpent`` naming the replica and the cause stops the run), and a new actor on the same bundle
-loads the current weights before its first request. Then the round is verified (the reward pool) and returned,
-staleness 0 (generated on demand, with the weights of the step it trains).
+replaced: the prompts of the call it was running are isolated (issued again alone), a prompt that a second replica
+was lost with, alone in its call, is poison as above; its other prompts are revoked in the ledger and issued again,
+once, on the live replica with the least outstanding work (on the new one when no other lives), the restart is
+booked against ``fleet.max_restarts`` (``fleet.health``: past it, ``RestartBudgetSpent`` naming the replica and the
+cause stops the run), and a new actor on the same bundle loads the current weights before its first request. Then
+the round is verified (the reward pool) and returned, staleness 0 (generated on demand, with the weights of the step
+it trains).
 
 ``publish(v)``: actor rank 0 gathers the weights (``gather_weights``), they go once into Ray's object store and every
 replica loads them with version ``v`` (a replica that fails to is replaced, and the new one loads them); the round just
@@ -136,8 +138,8 @@ class FleetSource:
 
         def send(assignment: Dict[str, List[Issued]]) -> None:
             for name, held in assignment.items():
-                alone = [[pair] for pair in held if rnd.prompt_id(pair[0]) in self.fleet.raises.isolated]
-                rest = [pair for pair in held if rnd.prompt_id(pair[0]) not in self.fleet.raises.isolated]
+                alone = [[pair] for pair in held if rnd.prompt_id(pair[0]) in self.fleet.failures.isolated]
+                rest = [pair for pair in held if rnd.prompt_id(pair[0]) not in self.fleet.failures.isolated]
                 for issued in alone + ([rest] if rest else []):  # a prompt that raised goes alone
                     positions = [k for k, _ in issued]
                     batch = Batch(meta={"prompt_ids": [prompts[k].token_ids for k in positions],
@@ -156,21 +158,23 @@ class FleetSource:
             ready, _ = ray.wait(list(calls), num_returns=1, timeout=self.fleet.wait_left())
             if not ready:
                 for name, cause in health.verdicts(time.monotonic()):
-                    send(self._lose(rnd, calls, name, cause))
+                    send(self._lose(rnd, calls, name, cause, (prompts, by_prompt)))
                 continue
-            name, issued = calls.pop(ready[0])
+            name, issued = calls[ready[0]]
             try:
                 samples = ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:  # the replica lives; its generate raised
+                del calls[ready[0]]
                 send(self._raised(rnd, calls, name, issued, raised_error(exc), prompts, by_prompt))
                 continue
-            except ray.exceptions.RayError as exc:
+            except ray.exceptions.RayError as exc:  # the call is the lost replica's evidence (``_lose`` drops it)
                 cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + first_line(exc)
-                send(self._lose(rnd, calls, name, cause))
+                send(self._lose(rnd, calls, name, cause, (prompts, by_prompt)))
                 continue
+            del calls[ready[0]]
             for _ in issued:
                 health.answered(name, time.monotonic())
-            self.fleet.raises.answered(name, [rnd.prompt_id(k) for k, _ in issued])
+            self.fleet.failures.answered(name, [rnd.prompt_id(k) for k, _ in issued])
             counts: Dict[int, int] = {}
             for s in samples:
                 counts[s.group] = counts.get(s.group, 0) + 1
@@ -189,25 +193,37 @@ class FleetSource:
         Returns the assignment to send."""
         for _ in issued:
             self.fleet.health.answered(name, time.monotonic())
-        verdict = self.fleet.raises.raised(name, [rnd.prompt_id(k) for k, _ in issued], error)
+        verdict = self.fleet.failures.raised(name, [rnd.prompt_id(k) for k, _ in issued], error)
         for k, attempt in issued:
             reason = verdict.poison.get(rnd.prompt_id(k))
             if reason is not None and rnd.answered(name, [(k, attempt)], {k: rnd.n}):
                 print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
                 by_prompt[k] = poison_samples(k, rnd.n, prompts[k], reason, self.fleet.version, self.reward_cfg)
-        if verdict.replace is not None:
+        if verdict.replace is not None:  # it keeps raising: its other calls are no evidence against their prompts
             return self._lose(rnd, calls, name, verdict.replace)
         retry = rnd.retry(name, [(k, a) for k, a in issued if rnd.prompt_id(k) in verdict.retry], f"raised: {error}")
         self.fleet.reissued += len(retry)
-        return rnd.assign(retry, avoid=self.fleet.raises.avoid)
+        return rnd.assign(retry, avoid=self.fleet.failures.avoid)
 
-    def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str,
-              cause: str) -> Dict[str, List[Issued]]:
+    def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str, cause: str,
+              evidence: Optional[Tuple[List[Any], Dict[int, List[Sample]]]] = None) -> Dict[str, List[Issued]]:
         """``name`` is lost mid-round: its prompts go, once, to the other live replicas (or its replacement when none
-        lives), and it is replaced (``Replicas.replace_lost``). Returns the re-issued prompts' assignment, for the
-        caller to send."""
-        for ref in [ref for ref, (owner, _) in calls.items() if owner == name]:
+        lives), and it is replaced (``Replicas.replace_lost``). With ``evidence`` (the round's prompts and the
+        samples by position: it died or hung, ``fleet.poison``), the prompts of the call it was running are isolated
+        and a poison one is answered with failed samples (into the samples by position) instead of issued again.
+        Returns the re-issued prompts' assignment, for the caller to send."""
+        owned = [(ref, issued) for ref, (owner, issued) in calls.items() if owner == name]
+        for ref, _ in owned:
             del calls[ref]  # a late answer of the lost replica's calls is not waited for
+        if evidence is not None and owned:
+            prompts, by_prompt = evidence
+            poison = self.fleet.lost_call(name, [ref for ref, _ in owned],
+                                          [[rnd.prompt_id(k) for k, _ in issued] for _, issued in owned], cause)
+            for k, attempt in [pair for _, issued in owned for pair in issued]:
+                reason = poison.get(rnd.prompt_id(k))
+                if reason is not None and rnd.answered(name, [(k, attempt)], {k: rnd.n}):
+                    print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
+                    by_prompt[k] = poison_samples(k, rnd.n, prompts[k], reason, self.fleet.version, self.reward_cfg)
         positions: List[int] = []
         assignment: Dict[str, List[Issued]] = {}
 

@@ -10,10 +10,12 @@ again around them in one order for both sources): the restart counted against ``
 (``RestartBudgetSpent``, naming it and the cause, past it), a new actor on its bundle that loads the current weights
 before its first request. ``FleetRound`` is one round's pure bookkeeping over the router and the round's ledger.
 
-A ``generate`` call that raised while its replica lives is not a lost replica: ``Replicas.raises`` (``fleet.poison``)
-says which of its prompts to issue again alone, which are poison (their samples recorded failures,
+A ``generate`` call that raised while its replica lives is not a lost replica: ``Replicas.failures``
+(``fleet.poison``) says which of its prompts to issue again alone, which are poison (their samples recorded failures,
 ``poison_samples``, dropped in the ledger with the reason when the round is trained) and whether the replica is
-replaced after all (it keeps raising on distinct prompts).
+replaced after all (it keeps raising on distinct prompts). A replica lost with a call running is replaced, and the
+same record says which of that call's prompts are poison (the replicas lost with it in their calls, the last time
+alone) and isolates the others (``running_call`` finds the call that ran).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE, ISSUED, Ledger
-from reasonrl.fleet.poison import RaiseTracker
+from reasonrl.fleet.poison import FailureTracker
 from reasonrl.fleet.router import RouteRequest, Router
 from reasonrl.fleet.weight_check import UncheckedReplicaError, compare_replicas
 
@@ -41,6 +43,9 @@ STATE_FILE = "fleet_state.json"
 RESTARTS_FILE = "restarts.jsonl"
 """The run's restarts, one fsync'd line each as it is booked, in the ledger's folder: past the last checkpoint too, so
 a resume of the same run directory keeps the restarts made after its checkpoint (the budget is per run)."""
+
+READY_GET_S = 10.0
+"""Longest ``running_call`` waits to read a call's answer that is ready (it is in the object store already)."""
 
 Issued = Tuple[int, int]
 """A prompt's position in its round and the attempt issued."""
@@ -177,7 +182,7 @@ class Replicas:
         self.weights: Any = None  # the object-store ref of the latest published weights
         self.version = 0
         self.reissued = 0
-        self.raises = RaiseTracker(self.health.policy.max_consecutive_failures)
+        self.failures = FailureTracker(self.health.policy.max_consecutive_failures)
 
     def names(self) -> List[str]:
         return [replica_name(rank) for rank in range(self.rollouts.world_size)]
@@ -236,13 +241,29 @@ class Replicas:
 
     def generate_call(self, name: str, batch: Any, sampling: Dict[str, Any], prompt_ids: Sequence[int]) -> Any:
         """``name``'s ``generate`` call of ``batch`` (the prompts of ledger ids ``prompt_ids``), its ref. Test hooks:
-        ``fleet.<name>.generate`` (``arm_fault``) and ``fleet.prompt<id>.generate`` for each prompt held, where the
-        action ``raise`` makes the call itself raise in the replica (which lives on: a poison prompt)."""
+        ``fleet.<name>.generate`` (``arm_fault``) and ``fleet.prompt<id>.generate`` for each prompt held (a poison
+        prompt): the action ``raise`` makes the call itself raise in the replica (which lives on); ``sigkill`` and
+        ``hang`` run in the replica just before the call (queued ahead of it, as ``arm_fault`` does: the replica dies
+        or hangs when it reaches the call holding the prompt)."""
         self.arm_fault(name, "generate")  # test hook: the replica crashes here
         actor = self.actor(name)
-        if any(arrive(f"fleet.prompt{i}.generate") == "raise" for i in list(prompt_ids)):
+        actions = [arrive(f"fleet.prompt{i}.generate") for i in list(prompt_ids)]
+        for action in ("sigkill", "hang"):
+            if action in actions:
+                actor.__ray_call__.remote(run_in_actor, action)
+        if "raise" in actions:
             return actor.__ray_call__.remote(run_in_actor, "raise")
         return actor.generate.remote(batch, sampling)
+
+    def lost_call(self, name: str, refs: Sequence[Any], prompt_ids: Sequence[Sequence[int]],
+                  cause: str) -> Dict[int, str]:
+        """``name`` is lost (``cause``) with the ``generate`` calls ``refs`` in flight (in the order sent; their
+        prompts' ledger ids ``prompt_ids``): the call that was running (``running_call``) is the evidence of
+        ``self.failures.lost``, which isolates its prompts; the poison ones (id -> reason) are returned, for the caller
+        to answer with failed samples before it revokes the rest. Call before ``replace_lost`` (which counts the new
+        generation)."""
+        k = running_call(refs)
+        return {} if k is None else self.failures.lost(name, prompt_ids[k], cause).poison
 
     def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
         """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
@@ -255,7 +276,7 @@ class Replicas:
             self.router.remove(name)
         self.reissued += revoked
         self.book(name, cause)
-        self.raises.replaced(name)
+        self.failures.replaced(name)
         fault_point("fleet.replica_lost")  # test hook: the trainer stops with the lost prompts revoked, not reissued
         if self.router.accepting():  # the other live replicas (the lost one left the router)
             reissue()
@@ -268,7 +289,7 @@ class Replicas:
         """Between rounds (a failed weight load, a failed weight-sync check): ``name`` replaced, nothing in flight to
         issue again."""
         self.book(name, cause)
-        self.raises.replaced(name)
+        self.failures.replaced(name)
         self.router.remove(name)
         self.respawn(name)
 
@@ -403,6 +424,21 @@ def mark_trained(trainable: Optional[Trainable]) -> None:
             else:
                 ledger.trained(index)
     ledger.close()
+
+
+def running_call(refs: Sequence[Any]) -> Optional[int]:
+    """Of a lost replica's calls in flight (``refs``, in the order sent: an actor runs them in that order), the index
+    of the one that was running: the first that has not answered (a call that answered before the loss was not
+    waited for yet). None when every call answered."""
+    for k, ref in enumerate(refs):
+        if ray.wait([ref], timeout=0)[0]:
+            try:
+                ray.get(ref, timeout=READY_GET_S)
+                continue  # it answered before the replica was lost
+            except Exception:  # noqa: BLE001 - any failure: the replica failed on this call
+                return k
+        return k  # not answered: running (a hang) or the first not run
+    return None
 
 
 def raised_error(exc: BaseException) -> str:

@@ -9,6 +9,16 @@ alone (attempt 2) on replica0; prompt 3 answers, prompt 1 raises (alone on repli
 alone to replica1 (attempt 3), where it raises again: alone on 2 replicas, it is poison. Its 2 samples are recorded
 failures, the round (4 prompts) trains on the 3 others and drops prompt 1 with the reason; no restart. One step a
 run (each run is mostly Ray's and the replicas' start-up).
+
+A prompt that *kills* every replica whose call holds it (``sigkill`` at ``fleet.prompt1.generate``: the replica's
+process dies when it reaches that call), ``FleetSource``, ``fleet.max_restarts=2``. By hand: replica0 gets prompts 0
+and 2, replica1 prompts 1 and 3 (attempt 1), one call each. replica1 dies running its call: prompts 1 and 3 are on
+its record (lost, not alone) and isolated, revoked (attempts 1), restart 1 is booked, and both go again, alone, to
+replica0, the only replica in the router (attempt 2, two calls, prompt 1's first); replica1's replacement starts.
+replica0 answers prompts 0 and 2, then dies reaching prompt 1's call: prompt 1, alone in the call that ran, has 2
+replicas on its record: poison, answered with its 2 failed samples (attempt 2 done); prompt 3's call never ran: it is
+revoked (attempt 2), restart 2 is booked, and it goes alone to replica1's replacement (attempt 3), which answers.
+``fleet.prompt1.generate`` is reached twice; prompts 0, 2 and 3 are trained once, prompt 1 dropped with the reason.
 """
 from __future__ import annotations
 
@@ -26,11 +36,15 @@ POISON = ",".join(f"fleet.prompt1.generate#{c}=raise" for c in range(1, 5))
 REASON = "poison prompt: its generate call raised alone on replica0, replica1: FaultRaised: fault point: raise"
 
 
-def run(policy, args, out: Path) -> dict:
+KILLER = ",".join(f"fleet.prompt1.generate#{c}=sigkill" for c in range(1, 4))  # a third would spend the budget
+KILLED = "poison prompt: replicas replica1, replica0 were lost while it was in their calls, the last time alone: died: "
+
+
+def run(policy, args, out: Path, faults: str = POISON) -> dict:
     from reasonrl import fault_points
 
     mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, POISON)
+    mp.setenv(fault_points.ENV, faults)
     mp.setattr(fault_points, "_hits", fault_points.Counter())
     trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
     try:
@@ -73,3 +87,26 @@ def test_a_prompt_raising_on_every_replica_is_dropped_without_a_restart(ray_sess
 def test_continuous_generation_drops_a_poison_prompt_the_same_way(ray_session, tiny_policy, tmp_path):
     out = tmp_path / "continuous"
     check(out, run(tiny_policy, ["fleet.continuous=true", "async_rollout.max_staleness=0"], out))
+
+
+@pytest.mark.slow
+def test_a_prompt_killing_every_replica_is_dropped_after_two_restarts(ray_session, tiny_policy, tmp_path):
+    out = tmp_path / "killer"
+    hits = run(tiny_policy, ["fleet.max_restarts=2"], out, KILLER)
+    assert hits["fleet.prompt1.generate"] == 2  # in replica1's call of prompts 1 and 3, then alone on replica0
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1]
+    assert rows[0]["fleet/restarts"] == 2 and rows[0]["fleet/round_dropped"] == 1
+    assert rows[0]["fleet/round_reissued"] == 3 and rows[0]["reward/failed_count"] == 2  # 1 and 3, then 3 again
+    assert [r["replica"] for r in read_jsonl(out / "fleet" / "restarts.jsonl")] == ["replica1", "replica0"]
+    first = records(out, 0)
+    issues = [(r["i"], r["attempt"], r["replica"]) for r in first if r["op"] == "issue"]
+    assert sorted(issues) == [(0, 1, "replica0"), (1, 1, "replica1"), (1, 2, "replica0"), (2, 1, "replica0"),
+                              (3, 1, "replica1"), (3, 2, "replica0"), (3, 3, "replica1")]
+    revoked = [(r["i"], r["attempt"]) for r in first if r["op"] == "revoke"]
+    assert sorted(revoked) == [(1, 1), (3, 1), (3, 2)]
+    assert all(": died: " in r["reason"] for r in first if r["op"] == "revoke")
+    dropped = [(r["i"], r["reason"]) for r in first if r["op"] == "drop"]
+    assert len(dropped) == 1 and dropped[0][0] == 1 and dropped[0][1].startswith(KILLED)
+    trained = sorted(r["i"] for r in first if r["op"] == "train")
+    assert trained == [0, 2, 3]  # every other prompt trained once
