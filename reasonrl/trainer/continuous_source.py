@@ -51,7 +51,8 @@ from reasonrl.fleet.ledger import Ledger
 
 from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Replicas, first_line, mark_trained, raised_error, untrainable_groups
+from .fleet_journal import FleetRound, mark_trained, untrainable_groups
+from .replicas import Replicas, first_line, raised_error
 from .streaming import generate_verified, poison_samples, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"

@@ -39,7 +39,8 @@ from reasonrl.fault_points import fault_point
 from reasonrl.fleet.ledger import Ledger
 
 from .metrics import PhaseTimer
-from .replicas import FleetRound, Issued, Replicas, first_line, mark_trained, raised_error, untrainable_groups
+from .fleet_journal import FleetRound, Issued, mark_trained, untrainable_groups
+from .replicas import Replicas, first_line, raised_error
 from .streaming import generate_verified, poison_samples, verify
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]

@@ -124,7 +124,7 @@ def test_the_weight_sync_check_names_a_replica_that_did_not_load_the_weights(ray
 def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(killed_run, tiny_policy, tmp_path):
     from reasonrl import fault_points
     from reasonrl.fleet.health import EXIT_FLEET_SPENT, RestartBudgetSpent
-    from reasonrl.trainer.replicas import ledger_summary
+    from reasonrl.trainer.fleet_journal import ledger_summary
 
     out, _ = killed_run
     ckpt = tmp_path / "step_000002"

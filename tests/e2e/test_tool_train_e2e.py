@@ -61,7 +61,7 @@ def test_math_tool_trains_two_steps(tmp_path, model_path, algorithm, backend):
     assert sum(r["tool/calls"] for r in rows) >= 1  # some trajectories ran code, and trained with tool turns
     assert any(r["tool/output_token_fraction"] > 0 for r in rows)
     if backend == "ray-fleet":
-        from reasonrl.trainer.replicas import ledger_summary
+        from reasonrl.trainer.fleet_journal import ledger_summary
 
         assert all(r["async/staleness"] in (0.0, 1.0) for r in rows)
         assert ledger_summary(out / "fleet") == {"pending": 0, "issued": 0, "done": 0, "trained": 4, "failed": 0}

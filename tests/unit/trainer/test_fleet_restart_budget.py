@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reasonrl.fleet.health import FleetHealth, HealthPolicy, RestartBudgetSpent
-from reasonrl.trainer.replicas import RESTARTS_FILE, append_restart, load_fleet, read_restarts, save_fleet
+from reasonrl.trainer.fleet_journal import RESTARTS_FILE, append_restart, load_fleet, read_restarts, save_fleet
 
 
 def book(ledger_dir, health: FleetHealth, name: str, cause: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reasonrl.fleet.ledger import DONE, ISSUED, PENDING, Ledger
 from reasonrl.fleet.router import Router
-from reasonrl.trainer.replicas import FleetRound, drop_rounds_from, ledger_summary
+from reasonrl.trainer.fleet_journal import FleetRound, drop_rounds_from, ledger_summary
 
 
 def round_of(tmp_path, step=3, count=4):
@@ -63,7 +63,7 @@ def test_a_prompt_whose_every_sample_failed_verification_is_dropped_with_its_rea
     prompt 2 has one failed sample and one verdict (trained on the other). At publish prompt 13 is dropped with the
     reason, 12, 14, 15 trained; the audit reports 13 dropped, not lost."""
     from reasonrl.fleet.audit import audit
-    from reasonrl.trainer.replicas import mark_trained, untrainable_groups
+    from reasonrl.trainer.fleet_journal import mark_trained, untrainable_groups
 
     (tmp_path / "run").mkdir()
     rnd, _, ledger = round_of(tmp_path / "run")
@@ -113,7 +113,7 @@ def test_a_poison_prompts_samples_are_recorded_failures_dropped_with_the_poison_
     ``untrainable_groups`` drops the group with the poison reason as it stands (not as a verification failure)."""
     from reasonrl.config.schema import RewardConfig
     from reasonrl.data.prompts import Prompt
-    from reasonrl.trainer.replicas import untrainable_groups
+    from reasonrl.trainer.fleet_journal import untrainable_groups
     from reasonrl.trainer.streaming import poison_samples
 
     reason = "poison prompt: its generate call raised alone on replica0, replica1: FaultRaised: fault point: raise"
