@@ -29,6 +29,25 @@ def ray_trainer(base: Sequence[str], policy: str, args: Sequence[str]):
     return Trainer(cfg, RunPlan.build(cfg), RayBackend())
 
 
+@contextlib.contextmanager
+def planned_faults(spec: Optional[str]) -> Iterator[Dict[str, int]]:
+    """``REASONRL_FAULT_AT=spec`` (reasonrl/fault_points.py) for the block, with fault points counted afresh;
+    yields the arrivals per point (the live counter). ``None`` or ``""``: no fault planned, arrivals still reset."""
+    import pytest
+
+    from reasonrl import fault_points
+
+    mp = pytest.MonkeyPatch()
+    if spec:
+        mp.setenv(fault_points.ENV, spec)
+    hits = fault_points.Counter()
+    mp.setattr(fault_points, "_hits", hits)
+    try:
+        yield hits
+    finally:
+        mp.undo()
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface now (for a world-size-1 process group)."""
     with socket.socket() as s:

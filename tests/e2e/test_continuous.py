@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, ray_trainer
+from helpers import planned_faults, read_jsonl, ray_trainer
 
 BATCH = 4
 BASE = ["task=arith", "rollout.engine=hf", f"data.train_batch_size={BATCH}", "rollout.n=2",
@@ -23,19 +23,13 @@ BASE = ["task=arith", "rollout.engine=hf", f"data.train_batch_size={BATCH}", "ro
 
 
 def run(policy, args, out: Path, fault: str = ""):
-    from reasonrl import fault_points
-
-    mp = pytest.MonkeyPatch()
-    if fault:
-        mp.setenv(fault_points.ENV, fault)
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
-    try:
-        trainer.fit()
-        return trainer.interrupted
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults(fault):
+        trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
+        try:
+            trainer.fit()
+            return trainer.interrupted
+        finally:
+            trainer.close()
 
 
 def trained_ids(run_dir: Path):

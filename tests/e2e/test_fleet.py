@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, ray_trainer
+from helpers import planned_faults, read_jsonl, ray_trainer
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
@@ -32,20 +32,15 @@ def journal(run_dir: Path, step: int):
 def killed_run(tmp_path_factory, ray_session, tiny_policy):
     """2 steps; replica1 killed as step 1's round is handed to it (its 2nd generate call); checkpoint at step 2; the
     weight-sync check on (every replica against the actor after each publish)."""
-    from reasonrl import fault_points
-
     out = tmp_path_factory.mktemp("fleet") / "run"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica1.generate#2=sigkill")
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2",
-                                         "rollout.check_weight_sync=true", f"trainer.output_dir={out}"])
-    try:
-        trainer.fit()
-        versions = trainer.rollouts.weights_version()
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults("fleet.replica1.generate#2=sigkill"):
+        trainer = make_trainer(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2",
+                                             "rollout.check_weight_sync=true", f"trainer.output_dir={out}"])
+        try:
+            trainer.fit()
+            versions = trainer.rollouts.weights_version()
+        finally:
+            trainer.close()
     return out, versions
 
 
@@ -99,22 +94,18 @@ def test_the_weight_sync_check_names_a_replica_that_did_not_load_the_weights(ray
     """replica1 skips the load of step 1's weights (fault action ``skip``): the check stops the run naming it and the
     version it holds (0); its log-probs are off as well (lr 1e-2 with an entropy bonus moves the tiny model's), while
     replica0 matches the actor."""
-    from reasonrl import fault_points
     from reasonrl.fleet.weight_check import StaleReplicaError
 
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica1.load_published#1=skip")
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "actor.lr=1e-2",
-                                         "algorithm.entropy_coef=0.01", "rollout.check_weight_sync=true",
-                                         "fleet.weight_sync_max_diff=1e-3", f"trainer.output_dir={tmp_path}"])
-    try:
-        with pytest.raises(StaleReplicaError, match=r"replica replica1 is stale after the weights of version 1 were "
-                                                    r"published: it holds version 0") as caught:
-            trainer.fit()
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults("fleet.replica1.load_published#1=skip"):
+        trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "actor.lr=1e-2",
+                                             "algorithm.entropy_coef=0.01", "rollout.check_weight_sync=true",
+                                             "fleet.weight_sync_max_diff=1e-3", f"trainer.output_dir={tmp_path}"])
+        try:
+            with pytest.raises(StaleReplicaError, match=r"replica replica1 is stale after the weights of version 1 "
+                                                        r"were published: it holds version 0") as caught:
+                trainer.fit()
+        finally:
+            trainer.close()
     checked = {d.replica: d for d in caught.value.checked}
     assert checked["replica0"].version == 1 and checked["replica0"].mean_abs < 1e-4
     assert checked["replica1"].version == 0 and checked["replica1"].mean_abs > 1e-3
@@ -122,7 +113,6 @@ def test_the_weight_sync_check_names_a_replica_that_did_not_load_the_weights(ray
 
 @pytest.mark.slow
 def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(killed_run, tiny_policy, tmp_path):
-    from reasonrl import fault_points
     from reasonrl.fleet.health import EXIT_FLEET_SPENT, RestartBudgetSpent
     from reasonrl.trainer.fleet_journal import ledger_summary
 
@@ -131,19 +121,16 @@ def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(kille
     shutil.copytree(out / "checkpoints" / "step_000002", ckpt)
     assert ledger_summary(ckpt / "fleet")["trained"] == 8
     again = tmp_path / "resumed"
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=sigkill")
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=3", f"trainer.output_dir={again}",
-                                         f"trainer.resume={ckpt}"])
-    try:
-        with pytest.raises(RestartBudgetSpent, match=r"replica replica0 must be replaced \(died: .*budget of 1 "
-                                                     r"is spent") as caught:
-            trainer.fit()
-        assert caught.value.exit_status == EXIT_FLEET_SPENT
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults("fleet.replica0.generate#1=sigkill"):
+        trainer = make_trainer(tiny_policy, ["trainer.total_steps=3", f"trainer.output_dir={again}",
+                                             f"trainer.resume={ckpt}"])
+        try:
+            with pytest.raises(RestartBudgetSpent, match=r"replica replica0 must be replaced \(died: .*budget of 1 "
+                                                         r"is spent") as caught:
+                trainer.fit()
+            assert caught.value.exit_status == EXIT_FLEET_SPENT
+        finally:
+            trainer.close()
     summary = ledger_summary(again / "fleet")  # the checkpoint's rounds, then step 2's, its dead replica's revoked
     assert summary["trained"] == 8 and summary["issued"] == 0
     assert summary["pending"] + summary["done"] == 4 and summary["pending"] >= 1
@@ -155,19 +142,14 @@ def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy,
     and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under
     the 5 s). Then replica1 blocks before the weight-sync check after the publish: it is replaced too, and its
     replacement is checked in its place."""
-    from reasonrl import fault_points
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica0.generate#1=hang,fleet.replica1.check_weights#1=hang")
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
-                                         "fleet.max_restarts=2", "rollout.check_weight_sync=true",
-                                         f"trainer.output_dir={tmp_path}"])
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults("fleet.replica0.generate#1=hang,fleet.replica1.check_weights#1=hang"):
+        trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
+                                             "fleet.max_restarts=2", "rollout.check_weight_sync=true",
+                                             f"trainer.output_dir={tmp_path}"])
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
     row = read_jsonl(tmp_path / "metrics.jsonl")[0]
     assert row["fleet/restarts"] == 1 and row["fleet/round_reissued"] == 2 and row["fleet/round_lost"] == 0
     records = journal(tmp_path, 0)
@@ -189,21 +171,17 @@ def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy,
 def test_a_replica_that_cannot_be_checked_twice_stops_the_run_named(ray_session, tiny_policy, tmp_path):
     """replica1 and then its replacement block before the weight-sync check: the run stops naming replica1 and why
     (a check that cannot say what a replica holds does not pass it)."""
-    from reasonrl import fault_points
     from reasonrl.fleet.weight_check import EXIT_STALE_REPLICA, UncheckedReplicaError
 
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, "fleet.replica1.check_weights#1=hang,fleet.replica1.check_weights#2=hang")
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=3",
-                                         "fleet.max_restarts=2", "rollout.check_weight_sync=true",
-                                         f"trainer.output_dir={tmp_path}"])
-    try:
-        with pytest.raises(UncheckedReplicaError, match=r"replica replica1 could not be checked .* it hung past 3 s "
-                                                        r"in the weight-sync check, and so did the replacement"):
-            trainer.fit()
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults("fleet.replica1.check_weights#1=hang,fleet.replica1.check_weights#2=hang"):
+        trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=3",
+                                             "fleet.max_restarts=2", "rollout.check_weight_sync=true",
+                                             f"trainer.output_dir={tmp_path}"])
+        try:
+            with pytest.raises(UncheckedReplicaError, match=r"replica replica1 could not be checked .* it hung past "
+                                                            r"3 s in the weight-sync check, and so did the replacement"):
+                trainer.fit()
+        finally:
+            trainer.close()
     assert UncheckedReplicaError.exit_status == EXIT_STALE_REPLICA
     assert [r["replica"] for r in read_jsonl(tmp_path / "fleet" / "restarts.jsonl")] == ["replica1"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, ray_trainer
+from helpers import planned_faults, read_jsonl, ray_trainer
 
 BASE = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
@@ -41,18 +41,13 @@ KILLED = "poison prompt: replicas replica1, replica0 were lost while it was in t
 
 
 def run(policy, args, out: Path, faults: str = POISON) -> dict:
-    from reasonrl import fault_points
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv(fault_points.ENV, faults)
-    mp.setattr(fault_points, "_hits", fault_points.Counter())
-    trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
-    try:
-        trainer.fit()
-        return dict(fault_points._hits)
-    finally:
-        trainer.close()
-        mp.undo()
+    with planned_faults(faults) as hits:
+        trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
+        try:
+            trainer.fit()
+            return dict(hits)
+        finally:
+            trainer.close()
 
 
 def records(out: Path, step: int):
