@@ -53,7 +53,7 @@ from .fleet_source import Draw
 from .metrics import PhaseTimer
 from .fleet_journal import FleetRound, mark_trained, untrainable_groups
 from .replicas import Replicas, first_line, raised_error
-from .streaming import generate_verified, poison_samples, verify
+from .streaming import generate_verified, verify
 
 PENDING_BATCHES = "continuous_pending.pkl"
 """The checkpoint file of the batches drawn and not yet trained."""
@@ -377,11 +377,9 @@ class ContinuousSource:
 
     def _drop(self, name: str, j: int, k: int, attempt: int, reason: str) -> None:
         """Group ``k`` of batch ``j`` (``attempt``, on ``name``) is poison: answered with failed samples, finished."""
-        rnd = self.rounds[j]
-        if rnd.answered(name, [(k, attempt)], {k: rnd.n}):
-            print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
-            self.results[j][k] = poison_samples(k, rnd.n, self.drawn[j][0][k], reason, self.fleet.version,
-                                                self.reward_cfg)
+        failed = self.fleet.drop_poison(self.rounds[j], name, k, attempt, reason, self.drawn[j][0][k], self.reward_cfg)
+        if failed is not None:
+            self.results[j][k] = failed
             self.admission.finished((j, k), ok=True, tokens=0)
 
     def _lose_replica(self, name: str, actor: Any, cause: str, running: Optional[Tuple[Any, List[Any]]] = None,

@@ -41,7 +41,7 @@ from reasonrl.fleet.ledger import Ledger
 from .metrics import PhaseTimer
 from .fleet_journal import FleetRound, Issued, mark_trained, untrainable_groups
 from .replicas import Replicas, first_line, raised_error
-from .streaming import generate_verified, poison_samples, verify
+from .streaming import generate_verified, verify
 
 Draw = Callable[[], Tuple[List[Any], List[int]]]
 
@@ -195,16 +195,23 @@ class FleetSource:
         for _ in issued:
             self.fleet.health.answered(name, time.monotonic())
         verdict = self.fleet.failures.raised(name, [rnd.prompt_id(k) for k, _ in issued], error)
-        for k, attempt in issued:
-            reason = verdict.poison.get(rnd.prompt_id(k))
-            if reason is not None and rnd.answered(name, [(k, attempt)], {k: rnd.n}):
-                print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
-                by_prompt[k] = poison_samples(k, rnd.n, prompts[k], reason, self.fleet.version, self.reward_cfg)
+        self._drop_poison(rnd, name, issued, verdict.poison, prompts, by_prompt)
         if verdict.replace is not None:  # it keeps raising: its other calls are no evidence against their prompts
             return self._lose(rnd, calls, name, verdict.replace)
         retry = rnd.retry(name, [(k, a) for k, a in issued if rnd.prompt_id(k) in verdict.retry], f"raised: {error}")
         self.fleet.reissued += len(retry)
         return rnd.assign(retry, avoid=self.fleet.failures.avoid)
+
+    def _drop_poison(self, rnd: FleetRound, name: str, issued: Sequence[Issued], poison: Dict[int, str],
+                     prompts: List[Any], by_prompt: Dict[int, List[Sample]]) -> None:
+        """Each of ``issued`` (on ``name``) whose prompt id ``poison`` names: answered with failed samples, into
+        ``by_prompt`` (``Replicas.drop_poison``)."""
+        for k, attempt in issued:
+            reason = poison.get(rnd.prompt_id(k))
+            failed = None if reason is None else self.fleet.drop_poison(rnd, name, k, attempt, reason, prompts[k],
+                                                                        self.reward_cfg)
+            if failed is not None:
+                by_prompt[k] = failed
 
     def _lose(self, rnd: FleetRound, calls: Dict[Any, Tuple[str, List[Issued]]], name: str, cause: str,
               evidence: Optional[Tuple[List[Any], Dict[int, List[Sample]]]] = None) -> Dict[str, List[Issued]]:
@@ -220,11 +227,7 @@ class FleetSource:
             prompts, by_prompt = evidence
             poison = self.fleet.lost_call(name, [ref for ref, _ in owned],
                                           [[rnd.prompt_id(k) for k, _ in issued] for _, issued in owned], cause)
-            for k, attempt in [pair for _, issued in owned for pair in issued]:
-                reason = poison.get(rnd.prompt_id(k))
-                if reason is not None and rnd.answered(name, [(k, attempt)], {k: rnd.n}):
-                    print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
-                    by_prompt[k] = poison_samples(k, rnd.n, prompts[k], reason, self.fleet.version, self.reward_cfg)
+            self._drop_poison(rnd, name, [pair for _, issued in owned for pair in issued], poison, prompts, by_prompt)
         positions: List[int] = []
         assignment: Dict[str, List[Issued]] = {}
 

@@ -36,6 +36,7 @@ from reasonrl.fleet.weight_check import UncheckedReplicaError, compare_replicas
 
 from .fleet_journal import (LEDGER_DIR, RESTARTS_FILE, FleetRound, append_restart, drop_rounds_from, load_fleet,
                             save_fleet)
+from .streaming import poison_samples
 
 READY_GET_S = 10.0
 """Longest ``running_call`` waits to read a call's answer that is ready (it is in the object store already)."""
@@ -151,6 +152,16 @@ class Replicas:
         generation)."""
         k = running_call(refs)
         return {} if k is None else self.failures.lost(name, prompt_ids[k], cause).poison
+
+    def drop_poison(self, rnd: FleetRound, name: str, k: int, attempt: int, reason: str, prompt: Any,
+                    reward_cfg: Any) -> Optional[List[Any]]:
+        """Position ``k`` of ``rnd`` (``attempt``, on ``name``) is poison (``fleet.poison``): when that attempt is the
+        one in flight it is answered in the ledger and its ``n`` samples, recorded failures naming ``reason``, are
+        returned (the round drops it at ``mark_trained``); None when it is not (a late verdict changes nothing)."""
+        if not rnd.answered(name, [(k, attempt)], {k: rnd.n}):
+            return None
+        print(f"fleet: dropping prompt {rnd.prompt_id(k)} ({reason})", flush=True)
+        return poison_samples(k, rnd.n, prompt, reason, self.version, reward_cfg)
 
     def replace_lost(self, name: str, cause: str, revoke: Callable[[], int], reissue: Callable[[], None]) -> None:
         """``name`` is lost with work in flight, replaced in this order (both fleet sources): ``revoke()`` revokes its
