@@ -151,7 +151,7 @@ class ContinuousSource:
         with timer("weight_sync"):
             with self.cv:  # held from the gather on: a replica respawned meanwhile must not hold v before admission
                 self._raise_error()
-                named = self.fleet.put_weights(version)
+                sent = self.fleet.put_weights(version)
                 ref = self.fleet.weights
                 staged = {}
                 for name in self.fleet.names():
@@ -173,7 +173,7 @@ class ContinuousSource:
                 self.cv.notify_all()
         mark_trained(self.trainable)
         self.trainable = None
-        return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+        return {"weight_sync/bytes": float(sent)}
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). The

@@ -97,7 +97,7 @@ class FleetSource:
         if version is None:
             return {}  # nothing was updated: the round stays verified, not trained
         with timer("weight_sync"):
-            named = self.fleet.put_weights(version)
+            sent = self.fleet.put_weights(version)
             calls = {}
             for name in self.fleet.names():
                 if self.fleet.arm_fault(name, "load_published") == "skip":
@@ -110,7 +110,7 @@ class FleetSource:
                     self.fleet.replace(name, f"failed to load the weights of version {version}: {first_line(exc)}")
         mark_trained(self.trainable)
         self.trainable = None
-        return {"weight_sync/bytes": float(sum(t.numel() * t.element_size() for _, t in named))}
+        return {"weight_sync/bytes": float(sent)}
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). Nothing

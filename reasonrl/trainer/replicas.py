@@ -88,12 +88,13 @@ class Replicas:
         if step == 0:  # the run starts over (no checkpoint): so do its restarts
             (self.ledger_dir / RESTARTS_FILE).unlink(missing_ok=True)
 
-    def put_weights(self, version: int) -> List[Any]:
-        """Actor rank 0's weights of ``version`` into Ray's object store, once (``self.weights``); the named tensors."""
-        named = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
-                             f"gathering the weights of version {version}")[0]
-        self.weights, self.version = ray.put(named), version
-        return named
+    def put_weights(self, version: int) -> int:
+        """Actor rank 0 puts its weights of ``version`` into Ray's object store once (``self.weights``: the ref the
+        replicas load; ``reasonrl.workers.published_weights``: they never pass through this process); their bytes."""
+        got = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
+                           f"gathering the weights of version {version}")[0]
+        self.weights, self.version = got["ref"][0], version
+        return int(got["bytes"])
 
     def wait_left(self) -> float:
         """Seconds until the earliest busy replica would count as hung."""

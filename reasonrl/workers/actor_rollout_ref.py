@@ -39,6 +39,7 @@ from .distributed import start_rank
 from .engine_host import EngineHost, make_engine
 from .lora_sync import LoraSync
 from .policy import Policy, load_sharded_lm, reference_param_dtype
+from .published_weights import pack
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +238,20 @@ class ActorRolloutRefWorker:
         return {"seconds": time.perf_counter() - start, "bytes": float(sent)}
 
     @dispatch(RANK_ZERO)
-    def gather_weights(self) -> List[Tuple[str, torch.Tensor]]:
-        """The full parameters as CPU tensors, for a fleet's replicas through Ray's object store (``fleet.enabled``:
-        a replaced replica takes them too, so no collective group holds the replicas). Every rank gathers (an FSDP
-        collective); rank 0's are returned."""
+    def gather_weights(self) -> Dict[str, Any]:
+        """The full parameters put into Ray's object store by rank 0 (``reasonrl.workers.published_weights``), for a
+        fleet's replicas (``fleet.enabled``: a replaced replica takes them too, so no collective group holds the
+        replicas). Every rank gathers (an FSDP collective); rank 0 returns ``{"ref": [ObjectRef], "bytes": n}`` (the
+        ref in a list, so Ray hands it over unresolved), the others ``{}``."""
         params = self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
-            return []
-        return [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in params]
+            return {}
+        import ray
+
+        published = pack(params)
+        return {"ref": [ray.put(published)], "bytes": published.nbytes}
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)

@@ -33,6 +33,7 @@ from reasonrl.rollout.weight_sync import iter_buckets
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, dispatch
 from .engine_host import EngineHost, make_engine
+from .published_weights import PublishedWeights, unpack
 
 
 class RolloutWorker:
@@ -112,7 +113,7 @@ class RolloutWorker:
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(ONE_TO_ALL)
-    def stage_published(self, named: List[Any], version: int) -> None:
+    def stage_published(self, named: PublishedWeights, version: int) -> None:
         """``rollout.partial``: keep the weights of ``version`` for the generation in flight to load at its next
         segment (or the next generation, before its first); a newer staged version replaces an older one."""
         with self._staged_lock:
@@ -133,14 +134,15 @@ class RolloutWorker:
         self.load_published(named, version)
 
     @dispatch(ONE_TO_ALL)
-    def load_published(self, named: List[Any], version: int) -> Dict[str, float]:
-        """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, through Ray's
-        object store) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
+    def load_published(self, named: PublishedWeights, version: int) -> Dict[str, float]:
+        """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, read from Ray's
+        object store without a copy) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
         with self.engine_lock:
             return self._load_named(named, version)
 
-    def _load_named(self, named: List[Any], version: int) -> Dict[str, float]:
+    def _load_named(self, published: PublishedWeights, version: int) -> Dict[str, float]:
         start = time.perf_counter()
+        named = unpack(published)
         if named and all(is_adapter_param(name) for name, _ in named):
             config = adapter_config_for(self.cfg.actor.lora, [name for name, _ in named], self.model_path)
             moved = self.host.load_adapter(named, config)

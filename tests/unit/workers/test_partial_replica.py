@@ -18,6 +18,7 @@ def test_weights_staged_mid_generation_reach_the_next_segment(tiny_policy):
     from reasonrl.config import load_config, to_dict
     from reasonrl.data.batch import Batch
     from reasonrl.rollout import SamplingParams
+    from reasonrl.workers.published_weights import pack
     from reasonrl.workers.rollout_worker import RolloutWorker
 
     cfg, _ = load_config(["task=arith", "trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true",
@@ -40,7 +41,7 @@ def test_weights_staged_mid_generation_reach_the_next_segment(tiny_policy):
     def published_before_segment_two() -> int:
         asked.append(1)
         if len(asked) == 2:  # the first segment is done: version 1 is published now
-            worker.stage_published(new, 1)
+            worker.stage_published(pack(new), 1)
         return latest()
 
     generator.latest_version = published_before_segment_two

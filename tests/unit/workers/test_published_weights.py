@@ -1,0 +1,48 @@
+"""The fleet's published weights (``reasonrl.workers.published_weights``): tensors of any dtype as bytes, back
+unchanged, and read from Ray's object store without a copy."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reasonrl.workers.published_weights import pack, unpack
+
+
+def _named():
+    bf16 = torch.tensor([[1.5, -2.0, 3.25], [0.0, 7.0, -0.5]], dtype=torch.bfloat16)
+    fp32 = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
+    return [("a.weight", bf16), ("b.weight", fp32), ("scale", torch.tensor(2.0)), ("empty", torch.zeros(0, 3))]
+
+
+def test_tensors_come_back_with_their_names_dtypes_shapes_and_values():
+    named = _named()
+    published = pack(named)
+    # bytes by hand: 6 bf16 x 2 + 12 fp32 x 4 + 1 fp32 x 4 + 0 = 12 + 48 + 4 = 64
+    assert published.nbytes == 64
+    back = unpack(published)
+    assert [n for n, _ in back] == ["a.weight", "b.weight", "scale", "empty"]
+    for (_, want), (_, got) in zip(named, back):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+    assert back[1][1].tolist() == [[0.0, 4.0, 8.0], [1.0, 5.0, 9.0], [2.0, 6.0, 10.0], [3.0, 7.0, 11.0]]
+
+
+def test_the_packed_bytes_are_copies_and_unpacked_tensors_views_of_them():
+    named = _named()
+    published = pack(named)
+    named[0][1].fill_(9.0)  # the actor trains on: the published version must not move
+    assert unpack(published)[0][1][0, 0].item() == 1.5
+    first = unpack(published)[0][1]
+    assert first.data_ptr() == published.data[0].ctypes.data  # a view, not a copy
+
+
+@pytest.mark.slow
+def test_through_the_object_store_the_replica_reads_without_a_copy(ray_session):
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, namespace="published-weights-test")
+    ref = ray.put(pack(_named()))
+    got = ray.get(ref)
+    # out of band: each array maps the store's shared memory, read-only, instead of an unpickled private copy
+    assert all(not a.flags.writeable for a in got.data if a.size)
+    assert torch.equal(unpack(got)[0][1], _named()[0][1])
