@@ -282,7 +282,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, own_session: boo
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
                 "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME",
-                "REASONRL_FAULT_AT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG")
+                "REASONRL_FAULT_AT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG",
+                "PYTORCH_CUDA_ALLOC_CONF")  # expandable_segments: a shared GPU (docs/async.md)
     env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

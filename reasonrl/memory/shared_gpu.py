@@ -5,7 +5,8 @@ The replica's engine never sleeps (it generates while the actor trains), so ever
 terms beside the trainer's: vLLM on a GPU takes ``async_rollout.engine_memory_fraction`` x the device (its weights
 P dt and, the rest, KV cache and workspace; it cannot start when that leaves no room for one sequence's KV cache);
 the hf engine a dt copy of the weights and the generate KV cache of its share of a step's samples. The replica is a
-process of its own: one more CUDA context. The weight phase adds the replica's receive buffer (one packed bucket,
+process of its own: one more CUDA context, and a vLLM replica holds ``VLLM_REPLICA_BEYOND_SHARE_BYTES`` more than its
+share (measured). The weight phase adds the replica's receive buffer (one packed bucket,
 or the largest full parameter when that is larger), as on a rollout worker's own GPU (``plan_rollout_worker``).
 With separate pools (``share_devices`` off) each pool is planned on its own (``plan_memory``, ``plan_rollout_worker``)
 and none of this applies.
@@ -16,9 +17,15 @@ from dataclasses import replace
 from typing import Any, List, Tuple
 
 from .shape import ModelShape
-from .terms import CUDA_CONTEXT_BYTES, engine_terms
+from .terms import CUDA_CONTEXT_BYTES, GIB, engine_terms
 
 FRACTION_KEY = "async_rollout.engine_memory_fraction"
+VLLM_REPLICA_BEYOND_SHARE_BYTES = 2.96 * GIB
+"""Measured: device memory a vLLM replica sharing the GPU holds beyond ``engine_memory_fraction`` x the device and
+its CUDA context (``CUDA_CONTEXT_BYTES``, counted apart). On an H100 (79.18 GiB, vLLM 0.26.0, CUDA graphs on, the
+1.5B shape at 0.3) its process held 27.72 GiB: 23.75 share + 1 context + 2.96
+(benchmarks/results/s18_async_oom.json, the out-of-memory error's figures). Inside its share in the colocated
+layout, where vLLM's profiling counts the whole process; planned only beside an actor rank."""
 REPLICA = "replica "
 """The prefix of the replica's terms in the plan's table."""
 
@@ -37,6 +44,8 @@ def with_resident_engine(phases: List[Any], cfg: Any, shape: ModelShape, device:
     engine, generating, _, notes = engine_terms(engine_cfg, shape, 1, device, device_bytes, dt, rows, P)
     notes = [n.replace("rollout.gpu_memory_utilization", FRACTION_KEY) for n in notes]
     resident = {REPLICA + k: v for k, v in {**engine, **generating}.items()}
+    if "engine KV cache + workspace" in engine:  # vLLM on a GPU
+        resident[REPLICA + "engine beyond its share (CUDA graphs, measured)"] = VLLM_REPLICA_BEYOND_SHARE_BYTES
     context = CUDA_CONTEXT_BYTES if device == "cuda" else 0.0
     out = []
     for p in phases:
@@ -49,8 +58,6 @@ def with_resident_engine(phases: List[Any], cfg: Any, shape: ModelShape, device:
 
 def describe_share(cfg: Any, device_bytes: float) -> str:
     """What a shared GPU holds, for the refusal's message: the keys and the engine's figure."""
-    from .terms import GIB
-
     fraction = engine_fraction(cfg)
     return (f"async_rollout.share_devices=true: each GPU holds an actor rank and a replica's engine, awake together; "
             f"{FRACTION_KEY}={fraction:g} gives the engine {fraction * device_bytes / GIB:.1f} GiB of "
