@@ -273,18 +273,20 @@ def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what:
     return [results[ref] for ref in order]
 
 
-def start_ray(address: str | None, num_cpus: int | None = None, own_session: bool = False) -> None:
+def start_ray(address: str | None, num_cpus: int | None = None, own_session: bool = False,
+              extra_env: Dict[str, str] | None = None) -> None:
     """Start a local Ray (``address`` None) or join a running cluster (``auto`` or ``host:port``, the head's GCS),
     once, passing this process's environment on to the workers (on every node). ``own_session``: the local cluster's
     processes in a session of their own, safe from signals to this process's group (``ray_head``; the training CLI,
-    which stops it with ``ray_head.stop_local_head``)."""
+    which stops it with ``ray_head.stop_local_head``). ``extra_env``: more variables for the workers (the run's
+    own defaults; the environment's values are kept where both set one)."""
     if ray.is_initialized():
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
                 "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME",
                 "REASONRL_FAULT_AT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG",
                 "PYTORCH_CUDA_ALLOC_CONF")  # expandable_segments: a shared GPU (docs/async.md)
-    env = {k: os.environ[k] for k in env_keys if k in os.environ}
+    env = {**(extra_env or {}), **{k: os.environ[k] for k in env_keys if k in os.environ}}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # None or "local": a new cluster of our own, even when another one runs on this machine (ray.init() would join it)

@@ -14,7 +14,7 @@ and none of this applies.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 from .shape import ModelShape
 from .terms import CUDA_CONTEXT_BYTES, GIB, engine_terms
@@ -62,3 +62,17 @@ def describe_share(cfg: Any, device_bytes: float) -> str:
     return (f"async_rollout.share_devices=true: each GPU holds an actor rank and a replica's engine, awake together; "
             f"{FRACTION_KEY}={fraction:g} gives the engine {fraction * device_bytes / GIB:.1f} GiB of "
             f"{device_bytes / GIB:.1f}, the trainer the rest")
+
+
+ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+"""What the workers of a shared GPU run with: on the H100 the 1.5B shape at the default fraction ran out of memory in
+its second update with 1.42 GiB reserved by torch but free, and ran its 10 steps with this
+(benchmarks/results/s18_async_oom.json against s18_async_nopartial.json)."""
+
+
+def allocator_env(share_devices: bool, device: str, environ: Mapping[str, str]) -> Dict[str, str]:
+    """``ALLOCATOR_ENV`` for the workers when actor ranks and replicas share GPUs, unless ``environ`` (the user's
+    environment) sets ``PYTORCH_CUDA_ALLOC_CONF`` already; nothing otherwise."""
+    if not (share_devices and device == "cuda") or "PYTORCH_CUDA_ALLOC_CONF" in environ:
+        return {}
+    return dict(ALLOCATOR_ENV)

@@ -64,10 +64,12 @@ class RayBackend:
 
         from reasonrl.controller.layout import check_layout
         from reasonrl.controller.placement import node_capacities
+        from reasonrl.memory.shared_gpu import allocator_env
 
         with startup("ray_start"), timed("starting Ray" if cfg.trainer.ray_address in (None, "local")
                                          else f"joining the Ray cluster at {cfg.trainer.ray_address}"):
-            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
+            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session,
+                      extra_env=allocator_env(plan.share_devices, plan.device, os.environ))
             library_output.after_ray_start()  # the workers' lines to libraries.log (trainer.verbose=false)
         layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
         print("---- placement ----\n" + layout.table(), flush=True)

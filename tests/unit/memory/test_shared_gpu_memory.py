@@ -95,3 +95,12 @@ def test_an_engine_share_too_small_to_start_names_the_fraction():
     assert not memory.fits
     assert memory.notes and memory.notes[0].startswith("vLLM cannot start: async_rollout.engine_memory_fraction=0.02 "
                                                        "gives 1.6 GiB, its weights take 2.9 GiB")
+
+
+def test_workers_of_a_shared_gpu_get_expandable_segments_unless_the_user_chose():
+    from reasonrl.memory.shared_gpu import allocator_env
+
+    assert allocator_env(True, "cuda", {}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert allocator_env(True, "cuda", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) == {}  # the user's
+    assert allocator_env(False, "cuda", {}) == {}  # colocated or separate pools: torch's default allocator
+    assert allocator_env(True, "cpu", {}) == {}
