@@ -2,9 +2,10 @@
 store, put there by the actor itself, read by every replica without a copy.
 
 Why this form: a list of torch tensors returned through Ray is pickled tensor by tensor, then put again by the
-driver and unpickled by each replica, four copies of every byte (about 12-15 s for 1 GB on the 2-core development
-machine; ``benchmarks/publish_path.py``). numpy arrays travel as out-of-band buffers instead: ``ray.put`` copies each
-once into shared memory and ``ray.get`` maps them read-only, so the only copy after the gather is the put. bfloat16
+driver and unpickled by each replica, four copies of every byte (9.65 s for 1 GiB of bf16 on the 2-core development
+machine against 0.78 s this way: ``benchmarks/results/publish_path.json``; 12.6-22.1 s a step for the 1.5B shape on
+an H100, docs/async.md). numpy arrays travel as out-of-band buffers instead: ``ray.put`` copies each once into shared
+memory and ``ray.get`` maps them read-only, so after the gather's copy to the host the put is the only copy. bfloat16
 has no numpy dtype, so every tensor travels as its bytes (``uint8``) with its dtype and shape beside it.
 
 The tensors ``unpack`` returns share the object store's read-only memory: the engines copy them into their own
