@@ -5,8 +5,10 @@ is the first of them. A cheap stand-in for the call rate: GRPO needs some calls 
 
     python benchmarks/search_call_prior.py --prompts 24     # writes benchmarks/results/search_call_prior.json
 
-Styles: ``search`` (``task=search``'s system message) and ``search_example`` (``task=search_example``'s: one worked
-call and its answer). Both offer the tool as the trainer does (``reasonrl.envs.prompting``).
+Styles: ``search`` (``task=search``'s system message), ``search_example`` (``task=search_example``'s: one worked
+call and its answer) and ``examples_N`` for each N of ``--examples`` (the first N of ``search_example.EXAMPLES`` in
+chat turns, as ``task=search_examples`` shows its ``SHOWN``). All offer the tool as the trainer does
+(``reasonrl.envs.prompting``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--examples", type=int, nargs="*", default=[2, 3],
+                    help="also measure the prompt with the first N worked examples, for each N")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search_call_prior.json"))
     args = ap.parse_args()
     import torch
@@ -37,9 +41,11 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     target = tok("<tool_call>", add_special_tokens=False)["input_ids"]
     out = {"benchmark": "search_call_prior", "model": path, "prompts": args.prompts, "styles": {}}
-    for style, module in (("search", search), ("search_example", search_example)):
+    styles = [("search", search.build_rows), ("search_example", search_example.build_rows)]
+    styles += [(f"examples_{n}", lambda split, n=n: search_example.rows_with(split, n)) for n in args.examples]
+    for style, build_rows in styles:
         t0, probs, greedy = time.perf_counter(), [], 0
-        for row in module.build_rows("train")[:args.prompts]:
+        for row in build_rows("train")[:args.prompts]:
             ids = render_prompt(tok, row["prompt"], tools=row_tools(row))
             with torch.no_grad():
                 logp = model(torch.tensor([ids + target])).logits[0].float().log_softmax(-1)

@@ -125,7 +125,7 @@ def read_rows(path: str) -> List[Dict[str, Any]]:
 RECIPES = Registry("dataset recipe", config_key="a task's recipe")
 """Recipe modules by name, imported when first asked for (each exposes ``build_rows(split, data_dir)``)."""
 for _name in ("arith", "arith_levels", "code_feedback", "countdown", "gsm8k", "humaneval", "math", "math_tool", "mbpp",
-              "minif2f", "search", "search_example"):
+              "minif2f", "search", "search_example", "search_examples"):
     RECIPES.register_lazy(_name, f"{__package__}.{_name}")
 
 
@@ -138,11 +138,16 @@ def recipe(name: str):
 
 
 def source_digest(name: str) -> Optional[str]:
-    """SHA-256 of a generated recipe's module source (what its rows depend on); None for other recipes."""
+    """SHA-256 of a generated recipe's module source (what its rows depend on), followed by the sources of the
+    recipes its ``GENERATED_FROM`` names; None for other recipes."""
     module = recipe(name)
     if not getattr(module, "GENERATED", False):
         return None
-    return hashlib.sha256(Path(inspect.getsourcefile(module)).read_bytes()).hexdigest()
+    modules = [module, *(recipe(other) for other in getattr(module, "GENERATED_FROM", ()))]
+    digest = hashlib.sha256()
+    for m in modules:
+        digest.update(Path(inspect.getsourcefile(m)).read_bytes())
+    return digest.hexdigest()
 
 
 def _digest_file(path: Path) -> Path:

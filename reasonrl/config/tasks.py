@@ -80,6 +80,10 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     Task("search_example", "search_example", "train", "test", "math", (),
          "<tool_call> searches of the corpus (one worked example shown), then the year in \\boxed{}", 384,
          tool_turns=4, environment="search"),
+    # the same with two worked examples (a person, a city; datasets/search_examples.py's SHOWN).
+    Task("search_examples", "search_examples", "train", "test", "math", (),
+         "<tool_call> searches of the corpus (two worked examples shown), then the year in \\boxed{}", 384,
+         tool_turns=4, environment="search"),
     # MBPP in turns: the code_feedback environment runs each submission's tests and shows the failures.
     Task("code_feedback", "code_feedback", "train", "test", "code", ("code_feedback",),
          "```python submissions, fixed from the test failures shown", 768, 30.0, tool_turns=3,
