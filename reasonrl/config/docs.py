@@ -172,7 +172,8 @@ def _preset_section() -> List[str]:
               for name, p in presets.ALGORITHM_PRESETS.items()]
     ceilings = ", ".join(f"`{section}.{key}`" for section, key in presets.PROFILE_LENGTH_CEILINGS)
     lines += ["", "CPU profile: " + ", ".join(f"`{kv}`" for kv in _flatten(presets.CPU_PROFILE))
-              + f" ({ceilings} only shorten a task's own)", "",
+              + f" ({ceilings} only shorten a task's own; a task that sets `data.max_prompt_length` keeps it: its "
+              "prompts need it)", "",
               "Laptop profile (`trainer.profile=laptop`): "
               + ", ".join(f"`{kv}`" for kv in _flatten(presets.LAPTOP_PROFILE)),
               ""]

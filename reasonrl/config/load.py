@@ -118,7 +118,7 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
         cfg = _merge(cfg, copy.deepcopy(LAPTOP_PROFILE), "laptop profile")
         notes["profile"] = "laptop"
     elif _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
-        cfg = _merge(cfg, _cpu_profile_under(cfg), "cpu profile")
+        cfg = _merge(cfg, _cpu_profile_under(cfg, TASK_PRESETS[task]), "cpu profile")
         notes["profile"] = "cpu"
     if probe.trainer.mode in MODE_PRESETS:
         cfg = _merge(cfg, copy.deepcopy(MODE_PRESETS[probe.trainer.mode]), f"trainer.mode={probe.trainer.mode}")
@@ -130,10 +130,13 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
     return obj, notes
 
 
-def _cpu_profile_under(cfg) -> Dict[str, Any]:
+def _cpu_profile_under(cfg, task_preset: Dict[str, Any]) -> Dict[str, Any]:
     """The CPU profile for ``cfg`` (the task and algorithm presets merged): its lengths are ceilings, so a task whose
-    own length is shorter keeps it (arith generates 64 tokens on a CPU too, not the profile's 160)."""
+    own length is shorter keeps it (arith generates 64 tokens on a CPU too, not the profile's 160), except a prompt
+    length the task preset sets: its prompts need it (``Task.prompt_tokens``), and a shorter one would drop them all."""
     profile = copy.deepcopy(CPU_PROFILE)
+    if "max_prompt_length" in task_preset.get("data", {}):
+        del profile["data"]["max_prompt_length"]  # the task's prompts need their length
     for section, key in PROFILE_LENGTH_CEILINGS:
         if key in profile.get(section, {}):
             profile[section][key] = min(profile[section][key], cfg[section][key])

@@ -43,6 +43,9 @@ class Task:
     environment: str = ""
     """The environment its rows name (docs/environments.md); the preset makes it ``env.default`` too, so a prompt
     whose row the loop cannot look up still runs in it. "": the tool's (``tool.name``)."""
+    prompt_tokens: int = 0
+    """``data.max_prompt_length`` its prompts need when that is more than the CPU profile's 384 (its longest prompt,
+    chat template applied); the preset sets it and the profile does not cut it. 0: the default and the profile's."""
 
 
 TASKS: Dict[str, Task] = {t.name: t for t in (
@@ -83,7 +86,7 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     # the same with two worked examples (a person, a city; datasets/search_examples.py's SHOWN).
     Task("search_examples", "search_examples", "train", "test", "math", (),
          "<tool_call> searches of the corpus (two worked examples shown), then the year in \\boxed{}", 384,
-         tool_turns=4, environment="search"),
+         tool_turns=4, environment="search", prompt_tokens=448),
     # MBPP in turns: the code_feedback environment runs each submission's tests and shows the failures.
     Task("code_feedback", "code_feedback", "train", "test", "code", ("code_feedback",),
          "```python submissions, fixed from the test failures shown", 768, 30.0, tool_turns=3,
@@ -122,4 +125,6 @@ def task_preset(name: str) -> Dict[str, Dict[str, object]]:
         preset["tool"] = {"enabled": True}
     if task.environment:
         preset["env"] = {"default": task.environment}
+    if task.prompt_tokens:
+        preset["data"] = {"max_prompt_length": task.prompt_tokens}
     return preset

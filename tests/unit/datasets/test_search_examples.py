@@ -87,3 +87,15 @@ def test_task_preset_runs_the_search_environment_and_the_prompt_shows_both_examp
     assert text.index(search_example.EXAMPLE_ARTICLE) < text.index(search_example.CITY_ARTICLE) \
         < text.index(row["prompt"][-1]["content"])
     assert text.rstrip().endswith("<|im_start|>assistant")
+
+
+def test_every_prompt_fits_the_task_prompt_length_which_the_cpu_profile_keeps(tokenizer):
+    """The prompts run to about 430 tokens: the CPU profile's 384 would drop every one, so the task sets 448."""
+    cfg, notes = load_config(["task=search_examples"], cuda_available=False)
+    assert notes["profile"] == "cpu" and cfg.data.max_prompt_length == TASKS["search_examples"].prompt_tokens == 448
+    assert load_config(["task=search_example"], cuda_available=False)[0].data.max_prompt_length == 384  # unchanged
+    assert load_config(["task=search_examples", "data.max_prompt_length=500"],
+                       cuda_available=False)[0].data.max_prompt_length == 500  # the user's value wins
+    lengths = [len(render_prompt(tokenizer, r["prompt"], tools=row_tools(r)))
+               for split in ("train", "test") for r in search_examples.build_rows(split)]
+    assert 384 < max(lengths) <= 448
