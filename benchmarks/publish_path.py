@@ -26,7 +26,7 @@ from typing import Any, Dict, List
 import torch
 
 from reasonrl.bench.records import RESULTS, write
-from reasonrl.workers.published_weights import pack, unpack
+from reasonrl.workers.published_weights import put, unpack
 
 
 def synthetic(gib: float, tensors: int = 338) -> List:
@@ -55,9 +55,8 @@ def measure(weights: Dict[str, Any], repeats: int) -> Dict[str, Any]:
         def as_tensors(self):  # the path before: the tensors returned (pickled one by one)
             return [(n, t.detach().to("cpu", copy=True)) for n, t in self.named]
 
-        def as_published(self):  # the path now: packed and put by the actor itself
-            published = pack(self.named)
-            return {"ref": [ray.put(published)], "bytes": published.nbytes}
+        def as_published(self):  # the path now: packed and put by the actor itself, as gather_weights does
+            return put(self.named)
 
     @ray.remote
     class Replica:

@@ -39,7 +39,7 @@ from .distributed import start_rank
 from .engine_host import EngineHost, make_engine
 from .lora_sync import LoraSync
 from .policy import Policy, load_sharded_lm, reference_param_dtype
-from .published_weights import pack
+from .published_weights import put
 
 log = logging.getLogger(__name__)
 
@@ -241,17 +241,14 @@ class ActorRolloutRefWorker:
     def gather_weights(self) -> Dict[str, Any]:
         """The full parameters put into Ray's object store by rank 0 (``reasonrl.workers.published_weights``), for a
         fleet's replicas (``fleet.enabled``: a replaced replica takes them too, so no collective group holds the
-        replicas). Every rank gathers (an FSDP collective); rank 0 returns ``{"ref": [ObjectRef], "bytes": n}`` (the
-        ref in a list, so Ray hands it over unresolved), the others ``{}``."""
+        replicas). Every rank gathers (an FSDP collective); rank 0 returns ``published_weights.put``'s
+        ``{"ref": [ObjectRef], "bytes": n}``, the others ``{}``."""
         params = self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
             return {}
-        import ray
-
-        published = pack(params)
-        return {"ref": [ray.put(published)], "bytes": published.nbytes}
+        return put(params)
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 import numpy as np
 import torch
@@ -57,3 +57,12 @@ def unpack(published: PublishedWeights) -> List[NamedTensor]:
                  else torch.empty(shape, dtype=dtype))  # no bytes: torch cannot view an empty array as another dtype
                 for name, dtype, shape, array in zip(published.names, published.dtypes, published.shapes,
                                                      published.data)]
+
+
+def put(named: Iterable[NamedTensor]) -> Dict[str, Any]:
+    """``pack(named)`` put into Ray's object store by this process: ``{"ref": [ObjectRef], "bytes": n}`` (the ref in a
+    list, so a Ray call returning this hands it over unresolved)."""
+    import ray
+
+    published = pack(named)
+    return {"ref": [ray.put(published)], "bytes": published.nbytes}

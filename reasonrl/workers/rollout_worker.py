@@ -113,12 +113,12 @@ class RolloutWorker:
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @dispatch(ONE_TO_ALL)
-    def stage_published(self, named: PublishedWeights, version: int) -> None:
+    def stage_published(self, published: PublishedWeights, version: int) -> None:
         """``rollout.partial``: keep the weights of ``version`` for the generation in flight to load at its next
         segment (or the next generation, before its first); a newer staged version replaces an older one."""
         with self._staged_lock:
             if version > (self._staged[1] if self._staged else self.version):
-                self._staged = (named, version)
+                self._staged = (published, version)
 
     def _latest_version(self) -> int:
         with self._staged_lock:
@@ -127,18 +127,18 @@ class RolloutWorker:
     def _load_staged(self, version: int) -> None:
         """The partial generator's call between segments: the staged weights (of ``version``) into the engine."""
         with self._staged_lock:
-            named, staged = self._staged
+            published, staged = self._staged
             self._staged = None
         if staged != version:
             raise RuntimeError(f"staged weights of version {staged}, asked for {version}")
-        self.load_published(named, version)
+        self.load_published(published, version)
 
     @dispatch(ONE_TO_ALL)
-    def load_published(self, named: PublishedWeights, version: int) -> Dict[str, float]:
+    def load_published(self, published: PublishedWeights, version: int) -> Dict[str, float]:
         """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, read from Ray's
         object store without a copy) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
         with self.engine_lock:
-            return self._load_named(named, version)
+            return self._load_named(published, version)
 
     def _load_named(self, published: PublishedWeights, version: int) -> Dict[str, float]:
         start = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reasonrl.workers.published_weights import pack, unpack
+from reasonrl.workers.published_weights import pack, put, unpack
 
 
 def _named():
@@ -41,8 +41,9 @@ def test_through_the_object_store_the_replica_reads_without_a_copy(ray_session):
     import ray
 
     ray.init(num_cpus=1, include_dashboard=False, namespace="published-weights-test")
-    ref = ray.put(pack(_named()))
-    got = ray.get(ref)
+    sent = put(_named())  # as actor rank 0's gather_weights returns it
+    assert sent["bytes"] == 64
+    got = ray.get(sent["ref"][0])
     # out of band: each array maps the store's shared memory, read-only, instead of an unpickled private copy
     assert all(not a.flags.writeable for a in got.data if a.size)
     assert torch.equal(unpack(got)[0][1], _named()[0][1])
