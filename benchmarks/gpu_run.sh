@@ -18,7 +18,8 @@
 #                                         KEY=VALUE overrides go to every run (last, so they win)
 #   benchmarks/gpu_run.sh curriculum SECONDS [OPTS] [KEY=VALUE...]
 #                                         the same, then benchmarks/curriculum.py: task arith_levels, data.sampler
-#                                         uniform vs pass_rate, 2 seeds each, in parallel -> $OUT/curriculum.{json,png}
+#                                         uniform vs pass_rate, 2 seeds each, in parallel -> $OUT/curriculum.{json,png};
+#                                         resumes its runs when called again on the warm machine
 #   benchmarks/gpu_run.sh gsm8k SECONDS [OPTS] [KEY=VALUE...]
 #                                         setup (vLLM), SmolLM2, then learning_curve.py --task gsm8k with
 #                                         examples/grpo_gsm8k.sh's settings (2 seeds in parallel, validation on the
@@ -166,12 +167,15 @@ run_learn() {  # run_learn SECONDS: learning_curve.py per algorithm, all at once
 }
 
 run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/curriculum$suffix.{json,png}
+  # Like gsm8k: the runs checkpoint every 10 steps and when the limit stops them (SIGTERM), under the runs dir a warm
+  # machine keeps; the same call again resumes them (trainer.resume=auto) and the JSON covers every step so far.
   local limit=$1 rc=0
   mkdir -p "$runs/curriculum"
   python3 benchmarks/curriculum.py --out "$OUT/curriculum$suffix.json" --runs-dir "$runs/curriculum" \
     --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-5}" --val-size "${val_size:-100}" \
     ${task:+--task "$task"} --parallel --time-limit-s "$limit" --note "H200, runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
-    -- "${TRAIN[@]}" "${EXTRA[grpo]}" "${overrides[@]}" > "$runs/curriculum.log" 2>&1 || rc=$?
+    -- "${TRAIN[@]}" "${EXTRA[grpo]}" trainer.save_every=10 trainer.resume=auto "${overrides[@]}" \
+    >> "$runs/curriculum.log" 2>&1 || rc=$?
   tail -n 6 "$runs/curriculum.log"
   tar -C "$runs/curriculum" -czf "$OUT/curriculum_runs$suffix.tar.gz" --exclude='*.parquet' --exclude='hf' \
     --exclude='step_*' .

@@ -35,6 +35,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+STOP_GRACE_S = 60.0
+"""How long a run stopped at ``--time-limit-s`` (SIGTERM) has to finish its step in flight and save a checkpoint before
+it is killed (six SmolLM2 runs on one GPU each write about 1.6 GB then)."""
 
 
 def train_in_process(train_args: List[str]) -> int:
@@ -161,7 +164,7 @@ def run_seeds(algorithm: str, args, overrides: Sequence[str], name: Optional[str
         except subprocess.TimeoutExpired:
             proc.terminate()
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
