@@ -43,14 +43,15 @@ class WorkerGroup:
     def __init__(self, worker_cls: type, world_size: int, use_gpu: bool, cpus_per_worker: int,
                  init_kwargs: Dict[str, Any], gpu_fraction: float = 1.0, engine_ranks: int = 1,
                  bundle_room: Optional[Dict[str, float]] = None, on_bundles_of: Optional["WorkerGroup"] = None,
-                 max_concurrency: int = 1) -> None:
+                 max_concurrency: int = 1, worker_env: Optional[Dict[str, str]] = None) -> None:
         """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU. ``engine_ranks``: ranks
         that share one rollout engine (``rollout.tensor_parallel_size``); ranks r*T .. r*T+T-1 form engine r.
         ``bundle_room``: each bundle reserved larger than this group's rank asks for (room for a group placed on it
         later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r of that group's placement group (its
         ``bundle_room`` holds both; ``async_rollout.share_devices``: replica r on actor rank r's GPU).
         ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
-        weights while generating); their calls need not run in the order issued.
+        weights while generating); their calls need not run in the order issued. ``worker_env``: variables set in
+        each worker's process (over the job's; e.g. the allocator of a shared GPU), whoever started Ray.
 
         Fails at once (before any placement) when ``engine_ranks`` does not divide ``world_size`` or when the
         cluster cannot hold ``world_size`` bundles. The torch rendezvous is on bundle 0's node, at a port free there.
@@ -71,7 +72,7 @@ class WorkerGroup:
             self.placement_group = reserve_bundles(world_size, {**bundle, **(bundle_room or {})})
         master_addr, master_port = rendezvous_address(self.placement_group)
         remote_cls = ray.remote(worker_cls)
-        env = {"OMP_NUM_THREADS": str(cpus_per_worker)}
+        env = {"OMP_NUM_THREADS": str(cpus_per_worker), **(worker_env or {})}
         self._spawn = lambda r: remote_cls.options(
             num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
             runtime_env={"env_vars": env}, max_concurrency=max_concurrency,
@@ -273,20 +274,19 @@ def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what:
     return [results[ref] for ref in order]
 
 
-def start_ray(address: str | None, num_cpus: int | None = None, own_session: bool = False,
-              extra_env: Dict[str, str] | None = None) -> None:
+def start_ray(address: str | None, num_cpus: int | None = None, own_session: bool = False) -> None:
     """Start a local Ray (``address`` None) or join a running cluster (``auto`` or ``host:port``, the head's GCS),
     once, passing this process's environment on to the workers (on every node). ``own_session``: the local cluster's
     processes in a session of their own, safe from signals to this process's group (``ray_head``; the training CLI,
-    which stops it with ``ray_head.stop_local_head``). ``extra_env``: more variables for the workers (the run's
-    own defaults; the environment's values are kept where both set one)."""
+    which stops it with ``ray_head.stop_local_head``). A run's own defaults for its workers go to each
+    ``WorkerGroup`` (``worker_env``), not here: a process that started Ray itself would miss them."""
     if ray.is_initialized():
         return
     env_keys = ("HF_HUB_OFFLINE", "REASONRL_CACHE", "REASONRL_DATA_DIR", "VLLM_ENABLE_V1_MULTIPROCESSING",
                 "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "HF_HOME",
                 "REASONRL_FAULT_AT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG",
                 "PYTORCH_CUDA_ALLOC_CONF")  # expandable_segments: a shared GPU (docs/async.md)
-    env = {**(extra_env or {}), **{k: os.environ[k] for k in env_keys if k in os.environ}}
+    env = {k: os.environ[k] for k in env_keys if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # None or "local": a new cluster of our own, even when another one runs on this machine (ray.init() would join it)

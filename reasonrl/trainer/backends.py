@@ -68,30 +68,30 @@ class RayBackend:
 
         with startup("ray_start"), timed("starting Ray" if cfg.trainer.ray_address in (None, "local")
                                          else f"joining the Ray cluster at {cfg.trainer.ray_address}"):
-            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session,
-                      extra_env=allocator_env(plan.share_devices, plan.device, os.environ))
+            start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
             library_output.after_ray_start()  # the workers' lines to libraries.log (trainer.verbose=false)
         layout = check_layout(cfg, node_capacities())  # every role's pool fits the cluster, before any worker starts
         print("---- placement ----\n" + layout.table(), flush=True)
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
+        env = allocator_env(plan.share_devices, plan.device, os.environ)  # a shared GPU: expandable segments
         # async_rollout.share_devices: each actor bundle has room for a replica (rank r's GPU, the same CPUs again)
         room = {"CPU": 2 * cpus, **({"GPU": 1.0} if cuda else {})} if plan.share_devices else None
         with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks,
-                                        bundle_room=room), layout=layout)
+                                        bundle_room=room, worker_env=env), layout=layout)
             groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
-                                            gpu_fraction=plan.gpu_share)
+                                            gpu_fraction=plan.gpu_share, worker_env=env)
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
             concurrency = 2 if cfg.rollout.partial else 1  # partial rollouts: weights staged while generating
             if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
-                                              max_concurrency=concurrency)
+                                              max_concurrency=concurrency, worker_env=env)
             elif plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,

@@ -221,6 +221,41 @@ def test_streamed_rounds_equal_one_generate_call(worker, ray_session, tiny_polic
 
 
 @pytest.mark.slow
+def test_a_groups_worker_env_reaches_its_workers_in_a_ray_started_before(ray_session, monkeypatch):
+    """A shared GPU's allocator setting goes to each WorkerGroup's workers, not to Ray's job: a Ray session that was
+    up before the run (started here without the variable) still gives the workers the group's value, beside the job's
+    own variables and the group's thread count."""
+    from reasonrl.controller import WorkerGroup, start_ray
+
+    class EnvProbe:  # defined here, so Ray ships it by value (the workers cannot import this test module)
+        """Reports its process's environment (WorkerGroup's constructor arguments are ignored)."""
+
+        def __init__(self, **_):
+            pass
+
+        def env(self, names):
+            import os
+
+            return {n: os.environ.get(n) for n in names}
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    start_ray("local", num_cpus=4)  # no-op if this module's trainers started it: either way, before the group
+    names = ["PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"]
+    with_env = WorkerGroup(EnvProbe, 1, False, 1, {}, worker_env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    without = WorkerGroup(EnvProbe, 1, False, 1, {})
+    try:
+        import ray
+
+        seen, plain = ray.get([with_env.workers[0].env.remote(names), without.workers[0].env.remote(names)])
+    finally:
+        with_env.shutdown()
+        without.shutdown()
+    assert seen == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TOKENIZERS_PARALLELISM": "false",
+                    "OMP_NUM_THREADS": "1"}
+    assert plain["PYTORCH_CUDA_ALLOC_CONF"] is None and plain["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.mark.slow
 def test_async_rollout_worker_runs_the_tool_loop(model_path):
     """task=math_tool in async mode: the RolloutWorker generates through the multi-turn tool loop (its rows carry the
     tool mask and counts the trainer's loss mask and tool metrics need), not through the bare engine."""
