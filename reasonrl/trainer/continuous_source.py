@@ -1,37 +1,19 @@
-"""ContinuousSource: the fleet generating all the time (``fleet.continuous``; docs/async.md, Continuous generation).
-A ``RolloutSource`` beside ``FleetSource``: the same replicas, router, health, replacement, ledger and weights
-through the object store (``replicas.Replicas``), but batches are not generated when a step asks for them: they
-start as soon as admission lets them.
+"""ContinuousSource: the fleet generating all the time (``fleet.continuous``), a ``RolloutSource`` beside
+``FleetSource`` on the same replicas, router, health, replacement, ledger and published weights
+(``replicas.Replicas``). What admission, partial rollouts and the checkpoint mean for a run is in docs/async.md
+("Continuous generation", "Partial rollouts"); the ledger and the answer to a failed replica in docs/fleet.md. Here,
+the invariants the code keeps:
 
-Threads. Only the trainer's thread touches the sampler: in ``start`` and ``publish`` it draws every batch that
-admission could accept at the new version (batch ``j`` is the ``j``-th draw; at most up to the run's last step).
-A dispatcher thread admits the drawn prompt groups in order (``fleet.admission``: a group starts only if its batch
-will be trained within ``async_rollout.max_staleness`` versions of the weights that start it; k = 0 is on-policy),
-routes each to a replica (least outstanding work; a group's ``n`` samples on one replica), sends each idle replica
-one ``generate`` call holding the groups waiting for it, verifies each answer on the reward pool and marks its
-groups finished. ``next_round(step)`` waits until every group of batch ``step`` has finished. One condition guards
-the shared state, and every call to a replica is issued under it, so a weight load and a generation reach a replica
-in the order they were issued.
-
-Weights. ``publish(v)``: actor rank 0's weights go once into Ray's object store. Without partial rollouts each
-replica gets a ``load_published`` call, queued behind the generation it runs (a call started before the load
-generates with older weights, one issued after it with ``v``). With ``rollout.partial`` the weights are staged
-(``stage_published``, waited for: it only stores them, on the replica's second thread) and the generation in flight
-loads them at its next segment, so its later tokens are stamped ``v``. Only then does admission hear of ``v``, so a
-group admitted at ``v`` is generated with weights of ``v`` or newer.
-
-The ledger. Batch ``j``'s journal is ``fleet/round_<j>.jsonl``, as in ``FleetSource``, opened when the batch is
-drawn. A call that raised while its replica lives is answered as in ``FleetSource`` (``fleet.poison``: groups issued
-again alone; a poison group's samples recorded failures). A replica that dies, keeps raising, hangs past
-``fleet.watchdog_s`` or fails to load weights has its groups revoked in their batches' journals and issued again,
-once, on another replica (or its replacement), and the replacement is booked against ``fleet.max_restarts``; unless
-it kept raising, the groups of the generate call it was running are evidence as in ``FleetSource`` (isolated; a
-group lost with a second replica, alone in its call, is poison).
-
-Checkpoints. ``save`` stores the batches drawn and not yet trained (their prompts and dataset positions: the
-sampler's saved position is after them) besides the ledger; a resumed run generates those batches afresh (their
-journals start again), so no prompt is lost or trained twice; what was generated of them before the stop is
-generated again.
+* Only the trainer's thread draws from the sampler (``start``, ``publish``: every batch admission could accept at the
+  new version, batch ``j`` being the ``j``-th draw), so a checkpoint's data position is exact. A dispatcher thread
+  admits, routes, sends, verifies and finishes groups. One condition (``cv``) guards the shared state and every call
+  to a replica is issued under it, so a weight load and a generation reach a replica in the order issued.
+* ``publish(v)`` tells admission of ``v`` only after each replica's ``load_published`` is queued behind the
+  generation it runs (a call issued later generates with ``v``) or, with ``rollout.partial``, its
+  ``stage_published`` has returned (the generation in flight loads ``v`` at its next segment), so a group admitted
+  at ``v`` is generated with weights of ``v`` or newer.
+* Batch ``j``'s journal (``fleet/round_<j>.jsonl``) opens when it is drawn; a lost replica's groups are revoked in it
+  and issued again once elsewhere. ``save`` keeps the batches drawn and not yet trained (``PENDING_BATCHES``).
 """
 from __future__ import annotations
 
@@ -60,13 +42,10 @@ PENDING_BATCHES = "continuous_pending.pkl"
 POLL_S = 0.2
 """Longest the dispatcher waits on the replicas before it looks for new work to send (admission may have opened)."""
 
-Group = Tuple[int, int]
-"""(batch, position in the batch)."""
 
 
 class ContinuousSource:
-    """Batches generated continuously by the fleet, paced by admission (see the module docstring); a
-    ``RolloutSource``."""
+    """Batches generated continuously by the fleet, paced by admission (the module docstring)."""
 
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str, *,
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
@@ -79,7 +58,7 @@ class ContinuousSource:
         self.cv = threading.Condition()
         self.drawn: Dict[int, Tuple[List[Any], List[int]]] = {}  # batch -> its prompts and dataset positions
         self.next_draw = 0
-        self.queue: Deque[Group] = deque()  # drawn, not yet admitted
+        self.queue: Deque[Tuple[int, int]] = deque()  # (batch, position) drawn, not yet admitted
         self.rounds: Dict[int, FleetRound] = {}  # batches drawn and not yet taken, with their open journals
         self.backlog: Dict[str, List[Tuple[int, int, int]]] = {}  # replica -> (batch, position, attempt) to send
         self.calls: Dict[Any, Tuple[str, str, List[Tuple[int, int, int]], Any]] = {}  # ref -> (replica, kind, ...)
@@ -198,8 +177,8 @@ class ContinuousSource:
         try:
             with open(f"{directory}/{PENDING_BATCHES}", "rb") as f:
                 self.restored = pickle.load(f)
-        except FileNotFoundError:  # a checkpoint of a run that was not continuous: its batches are drawn again
-            self.restored = {}
+        except FileNotFoundError:
+            self.restored = {}  # a checkpoint of a run that was not continuous: its batches are drawn again
 
     def close(self) -> None:
         with self.cv:
@@ -226,8 +205,7 @@ class ContinuousSource:
 
     def _top_up(self) -> None:
         """Draw every batch admission could accept now (up to the run's last step)."""
-        while self.next_draw <= self.admission.version + self.admission.max_staleness \
-                and self.next_draw < self.total_steps:
+        while self.next_draw <= min(self.admission.version + self.admission.max_staleness, self.total_steps - 1):
             self._add_batch(self.next_draw, *self.draw())
 
     def _raise_error(self) -> None:
@@ -247,8 +225,7 @@ class ContinuousSource:
                     timeout = min(POLL_S, self.fleet.wait_left())
                 if not refs:
                     with self.cv:
-                        if not self.closing:
-                            self.cv.wait(timeout=POLL_S)
+                        self.cv.wait_for(lambda: self.closing, timeout=POLL_S)
                     continue
                 ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
                 if not ready:
