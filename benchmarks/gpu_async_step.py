@@ -25,7 +25,8 @@ response) and its response tokens, each per wall second; the phases' ``timing_s/
 ``lag_groups/<k>`` when the run reports them, and ``async/staleness``. The summary per mode: median, min,
 quartiles and max of the rates, the lag histogram of the timed steps, and the async/colocated ratio of the median
 trained tokens per second. The JSON goes to ``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out``
-elsewhere; a CPU run writes ``/tmp/gpu_async_step_dry_run.json`` unless told), after every step.
+elsewhere; a CPU run writes ``/tmp/gpu_async_step_dry_run.json`` unless told), after every step. ``--mps``: both modes
+under NVIDIA's MPS daemon (``reasonrl/bench/mps.py``; the JSON's ``placement``), against the default time-slicing.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from reasonrl.bench.mps import gpu_placement  # noqa: E402
 from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
 from reasonrl.bench.shapes import SHAPE_ALIASES, SHAPES, parameter_count, trainer_model_dir  # noqa: E402
 from reasonrl.bench.workload import use_bench_reward, write_prompt_dataset  # noqa: E402
@@ -159,6 +161,9 @@ def parse_args(argv=None):
                    help="overrides for the colocated mode only")
     p.add_argument("--async-set", action="append", default=None, metavar="KEY=VALUE",
                    help=f"the async mode's overrides (given: replaces the default {' '.join(ASYNC_DEFAULTS)})")
+    p.add_argument("--mps", action="store_true",
+                   help="run under NVIDIA's MPS daemon (reasonrl/bench/mps.py): the same-GPU processes side by side "
+                        "instead of time-sliced; both modes, so the ratio compares like with like")
     p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
     p.add_argument("--out", type=Path, default=None,
                    help="the JSON (default: results/gpu_async_step.json on a GPU, /tmp/gpu_async_step_dry_run.json "
@@ -190,7 +195,9 @@ def main(argv=None) -> None:
                   "lag_histogram: growth of the cumulative admission/lag_* counters over the timed steps (empty "
                   "when the run has no admission control)"],
     }
-    with recorded(args.out, result, wall_start), tempfile.TemporaryDirectory(prefix="gpu-async-step-") as tmp:
+    with recorded(args.out, result, wall_start), tempfile.TemporaryDirectory(prefix="gpu-async-step-") as tmp, \
+            gpu_placement(args.mps, on_gpu) as placement:
+        result["placement"] = placement
         for mode in args.modes:
             run_mode(mode, args, result, on_gpu, Path(tmp))
         medians = {m: e["summary"]["trained_tokens_per_s"]["median"] for m, e in result["modes"].items()

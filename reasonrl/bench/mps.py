@@ -1,0 +1,30 @@
+"""The GPU placement of ``benchmarks/gpu_async_step.py``'s same-GPU mode (issue #48 item 4: which placement serves
+best). Without ``--mps`` the actor and its replica, two processes on one GPU, are time-sliced by the driver; with it,
+NVIDIA's MPS daemon (``nvidia-cuda-mps-control``, on the H200 image) runs their kernels side by side. Every CUDA
+process started while the daemon runs is its client, so the daemon starts before Ray and stops after it."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from contextlib import contextmanager
+from typing import Iterator
+
+CONTROL = "nvidia-cuda-mps-control"
+
+
+@contextmanager
+def gpu_placement(mps: bool, on_gpu: bool) -> Iterator[str]:
+    """``"mps"`` with the daemon up for the block (stopped after it, also on an error), else ``"time-slicing"``.
+    Refuses ``mps`` without a GPU or without the control binary, naming what is missing."""
+    if not mps:
+        yield "time-slicing"
+        return
+    control = shutil.which(CONTROL)
+    if not on_gpu or control is None:
+        raise RuntimeError(f"--mps needs a CUDA GPU and {CONTROL} on PATH (GPU: {on_gpu}, {CONTROL}: "
+                           f"{control or 'not found'})")
+    subprocess.run([control, "-d"], stdin=subprocess.DEVNULL, check=True, timeout=30)
+    try:
+        yield "mps"
+    finally:
+        subprocess.run([control], input="quit\n", text=True, timeout=60, check=False)

@@ -1,0 +1,46 @@
+"""reasonrl/bench/mps.py: the MPS daemon around the same-GPU benchmark. The daemon cannot run here (no GPU), so a
+stand-in ``nvidia-cuda-mps-control`` on PATH records how it is called: started with ``-d`` before the block, told
+``quit`` after it, also when the block fails."""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+import pytest
+
+from reasonrl.bench.mps import gpu_placement
+
+
+def test_without_mps_nothing_starts_and_the_placement_is_time_slicing(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no control binary at all: not needed
+    with gpu_placement(False, on_gpu=False) as placement:
+        assert placement == "time-slicing"
+
+
+def test_mps_is_refused_naming_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="nvidia-cuda-mps-control: not found"):
+        with gpu_placement(True, on_gpu=True):
+            pass
+    with pytest.raises(RuntimeError, match="GPU: False"):
+        with gpu_placement(True, on_gpu=False):
+            pass
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_path, fails):
+    log = tmp_path / "calls.log"
+    control = tmp_path / "nvidia-cuda-mps-control"
+    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\ncat >> {log}\n')  # its stdin too
+    control.chmod(control.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    seen = []
+    with pytest.raises(ValueError) if fails else contextlib.nullcontext():
+        with gpu_placement(True, on_gpu=True) as placement:
+            seen.append((placement, log.read_text()))
+            if fails:
+                raise ValueError("the benchmark failed")
+    assert seen[0][0] == "mps"
+    assert seen[0][1].splitlines() == ["args:-d"]  # up before the block ran
+    assert log.read_text().splitlines() == ["args:-d", "args:", "quit"]
