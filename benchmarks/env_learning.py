@@ -15,9 +15,15 @@ and writes ``benchmarks/results/env_learning_<task>.json`` and ``.png``:
   the environment's reward and its agreement with the verifier; for ``code_feedback`` the share of trajectories
   whose first submission failed and a later one passed, ``env/code_feedback/fixed``, and ``fix_rate``) plus the tool
   loop's (``tool/*``) and the step's seconds;
-* ``validation``: held-out accuracy at each validation;
+* ``validation``: held-out accuracy at each validation (``[step, accuracy]``); ``validation_env``: at each one the
+  held-out tool-call rate (``val/env/call_rate``: the share of held-out trajectories with at least one well-formed
+  call) and drift rate (``val/env/drift_rate``), ``reasonrl.envs.metrics.val_env_metrics``;
 * ``summary``: each tracked metric's mean over the first and the last ``--window`` steps, and the held-out accuracy
-  at the start and the end with the binomial standard error of their difference (learning_curve.summarize).
+  at the start and the end with the binomial standard error of their difference (learning_curve.summarize), and
+  the held-out call rate at the start and the end (``val_call_rate_step0``, ``val_call_rate_final``).
+
+``--reuse`` reads the run's metrics again (to rewrite the JSON and plot) and keeps the wall time and the stop that the
+JSON already at ``--out`` recorded for the run that trained.
 """
 from __future__ import annotations
 
@@ -53,6 +59,16 @@ def per_step(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+VAL_ENV_KEYS = ("val/env/call_rate", "val/env/drift_rate", "val/env/drift_checked")
+"""The held-out environment metrics kept per validation (``Trainer.validate``)."""
+
+
+def validation_env(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per validation that logged a held-out call rate: its step and ``VAL_ENV_KEYS``."""
+    return [{"step": int(r["step"]), **{k: r[k] for k in VAL_ENV_KEYS if r.get(k) is not None}}
+            for r in rows if r.get("val/env/call_rate") is not None]
+
+
 def first_last(steps: List[Dict[str, Any]], window: int) -> Dict[str, Dict[str, Optional[float]]]:
     """Each ``SUMMARY_KEYS`` metric's mean over the first and the last ``window`` steps that logged it."""
     out: Dict[str, Dict[str, Optional[float]]] = {}
@@ -65,9 +81,10 @@ def first_last(steps: List[Dict[str, Any]], window: int) -> Dict[str, Dict[str, 
     return out
 
 
-def plot(task: str, steps: List[Dict[str, Any]], val: List[List[float]], path: Path) -> None:
+def plot(task: str, steps: List[Dict[str, Any]], val: List[List[float]], path: Path,
+         val_env: Optional[List[Dict[str, Any]]] = None) -> None:
     """Three panels: training reward and accuracy; the environment's behaviour (calls per trajectory and turns, and
-    for code_feedback the fixed share); held-out accuracy."""
+    for code_feedback the fixed share); held-out accuracy and held-out call rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,10 +106,13 @@ def plot(task: str, steps: List[Dict[str, Any]], val: List[List[float]], path: P
         line(ax_e, "env/code_feedback/first_failed", "first submission failed", linestyle="--")
         line(ax_e, "env/code_feedback/fixed", "first failed, later passed", linestyle="--")
     if val:
-        ax_v.plot(*zip(*val), marker="o")
+        ax_v.plot(*zip(*val), marker="o", label="held-out accuracy")
+    held_calls = [(v["step"], v["val/env/call_rate"]) for v in val_env or []]
+    if held_calls:
+        ax_v.plot(*zip(*held_calls), marker="s", linestyle="--", label="held-out call rate")
     ax_r.set(title=f"{task}: training reward", xlabel="step")
     ax_e.set(title=f"{task}: environment use", xlabel="step")
-    ax_v.set(title=f"{task}: held-out accuracy (greedy)", xlabel="step", ylabel="accuracy")
+    ax_v.set(title=f"{task}: held-out (greedy)", xlabel="step", ylabel="share of held-out prompts")
     for ax in (ax_r, ax_e, ax_v):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -131,26 +151,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = lc.read_metrics(Path(run["run_dir"]) / "metrics.jsonl")
     steps = per_step(rows)
     val = run["curves"]["val/accuracy"]
+    val_env = validation_env(rows)
     out = Path(args.out) if args.out else lc.RESULTS / f"env_learning_{args.task}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
+    if args.reuse and out.exists():  # the wall time and the stop are the training run's, recorded when it finished
+        before = json.loads(out.read_text()).get("summary", {})
+        run["wall_s"], run["stopped_at_limit"] = before.get("wall_s"), before.get("stopped_at_limit", False)
     summary = {"metrics_first_last": first_last(steps, args.window), "window": args.window,
                "steps_logged": len(steps), "train_seconds": run["train_seconds"], "wall_s": run["wall_s"],
                "stopped_at_limit": run["stopped_at_limit"]}
     if len(val) >= 1:
         summary.update(lc.summarize([run], args.val_size))
+    if val_env:
+        summary["val_call_rate_step0"] = val_env[0]["val/env/call_rate"]
+        summary["val_call_rate_final"] = val_env[-1]["val/env/call_rate"]
     result = {"benchmark": "env_learning", "task": args.task, "algorithm": args.algorithm, "seed": args.seed,
               "steps": args.steps, "val_every": args.val_every, "val_size": args.val_size, "note": args.note,
               "driver": args.driver, "command": run["command"], "overrides": overrides, "machine": lc.machine(),
-              "summary": summary, "validation": val, "per_step": steps,
+              "summary": summary, "validation": val, "validation_env": val_env, "per_step": steps,
               "plot": str(png.relative_to(ROOT)) if png.is_relative_to(ROOT) else str(png)}
-    plot(args.task, steps, val, png)
+    plot(args.task, steps, val, png, val_env)
     out.write_text(json.dumps(result, indent=2) + "\n")
     fl = summary["metrics_first_last"]
     print(f"{args.task}: {len(steps)} steps; " + "; ".join(f"{k} {v['first']:.3f} -> {v['last']:.3f}"
                                                             for k, v in fl.items()), flush=True)
     if val:
         print(f"held-out accuracy {val[0][1]:.3f} (step {val[0][0]}) -> {val[-1][1]:.3f} (step {val[-1][0]})")
+    if val_env:
+        print(f"held-out call rate {val_env[0]['val/env/call_rate']:.3f} (step {val_env[0]['step']}) -> "
+              f"{val_env[-1]['val/env/call_rate']:.3f} (step {val_env[-1]['step']})")
     print(f"wrote {out} and {png}", flush=True)
     return 0
 

@@ -1,7 +1,7 @@
 """What the trainer does with a multi-turn round's environment outcomes (per-response columns named as the
-``TOOL_META_KEYS`` of ``reasonrl.rollout.multiturn``): the step metrics (``env_metrics``), a failed sample's result
-(``env_failure``: an environment that crashed or hung gives no verdict) and the logged conversation
-(``conversation_text``). Plain functions over lists; no torch, no ray."""
+``TOOL_META_KEYS`` of ``reasonrl.rollout.multiturn``): the step metrics (``env_metrics``; a validation pass's
+``val_env_metrics``), a failed sample's result (``env_failure``: an environment that crashed or hung gives no
+verdict) and the logged conversation (``conversation_text``). Plain functions over lists; no torch, no ray."""
 from __future__ import annotations
 
 import math
@@ -65,6 +65,19 @@ def env_metrics(gen: Any, results: Optional[Sequence[Any]] = None) -> Dict[str, 
                 out["env/reward_verifier_agreement"] = sum(agree) / len(agree)
     out.update(feedback_metrics(envs, _column(gen, "step_rewards"), results))
     return out
+
+
+def val_env_metrics(gen: Any) -> Dict[str, float]:
+    """Held-out environment metrics of a validation pass (``val/env/*``), over the same per-response columns as
+    ``env_metrics``, only when some trajectory ran in an environment (a task without one logs none):
+    ``val/env/call_rate``, the share of held-out trajectories with at least one well-formed call (malformed calls
+    are not counted); ``val/env/drift_rate`` over the drift-checked ones (``val/env/drift_checked`` of them)."""
+    envs = _column(gen, "env")
+    if not envs or not any(envs):
+        return {}
+    step = env_metrics(gen)
+    return {"val/env/call_rate": step["env/call_rate"], "val/env/drift_rate": step["env/drift_rate"],
+            "val/env/drift_checked": step["env/drift_checked"]}
 
 
 def feedback_metrics(envs: Sequence[str], step_rewards: Optional[Sequence[Any]],

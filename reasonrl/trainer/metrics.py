@@ -93,6 +93,16 @@ def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch
     return out
 
 
+def validation_env_metrics(samples: List[Any]) -> Dict[str, float]:
+    """A validation pass's ``val/env/*`` metrics (``reasonrl.envs.metrics.val_env_metrics``) from its samples;
+    none unless they came from a multi-turn tool rollout."""
+    if not samples or samples[0].tool_mask is None:
+        return {}
+    from reasonrl.envs.metrics import val_env_metrics
+
+    return val_env_metrics(outcome_columns(samples))
+
+
 def outcome_columns(samples: List[Any]) -> Dict[str, List[Any]]:
     """The per-response columns of a tool rollout's outcomes (``Sample.tools``, ``Sample.env``), under the names
     ``tool_metrics`` and ``env_metrics`` read (``reasonrl.rollout.multiturn.TOOL_META_KEYS``)."""

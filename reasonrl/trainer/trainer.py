@@ -36,7 +36,8 @@ from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
 from .metrics import (PhaseTimer, behaviour_gap_metrics, data_levels, level_of, policy_metrics, round_level_metrics,
-                      round_metrics, slowest_rank, startup_metrics, val_level_metrics, with_version_lag)
+                      round_metrics, slowest_rank, startup_metrics, val_level_metrics, validation_env_metrics,
+                      with_version_lag)
 from .model_checks import plan_with_model
 from .progress import StepProgress, validation_bar
 from .sources import make_source
@@ -352,7 +353,7 @@ class Trainer:
             self.val_data = PromptDataset(task_files(cfg.task, "val", cfg.data.val_files), self.tokenizer,
                                           cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                           cfg.data.system_prompt, limit=cfg.data.val_limit)
-        results, rows = [], []
+        results, rows, outcomes = [], [], []
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
         with validation_bar(len(self.val_data)) as bar:
             for start in range(0, len(self.val_data), chunk):
@@ -360,10 +361,12 @@ class Trainer:
                 samples = self.source.generate_verified(prompts, self.plan.validation_sampling)
                 results += [s.result for s in samples]
                 rows += [s.prompt.row for s in samples]
+                outcomes += samples
                 bar.set_postfix_str(f"acc {sum(bool(r.correct) for r in results) / len(results):.3f}", refresh=False)
                 bar.update(len(prompts))
         judged = [r for r in results if not r.failed]
-        out = {"val/failed": float(len(results) - len(judged)), **val_level_metrics(rows, results)}
+        out = {"val/failed": float(len(results) - len(judged)), **val_level_metrics(rows, results),
+               **validation_env_metrics(outcomes)}
         if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
             out["val/reward_mean"] = sum(r.score for r in judged) / len(judged)
             out["val/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)

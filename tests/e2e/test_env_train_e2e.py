@@ -1,6 +1,7 @@
 """The real training command with task=search on CPU: one GRPO step with the real SmolLM2 (hf engine), Ray and
 FSDP2, at tiny settings. The rollout runs through the environment loop (the rows name the search environment and
-travel with the prompt batch); the step must finish and log its metrics."""
+travel with the prompt batch); the step must finish and log its metrics. Validation before it (2 test questions)
+logs the held-out tool-call and drift rates (``val/env/*``)."""
 from __future__ import annotations
 
 import json
@@ -16,10 +17,14 @@ def test_search_task_trains_one_step(tmp_path, model_path):
     out = tmp_path / "run"
     args = ["task=search", "trainer.total_steps=1", "data.train_batch_size=2", "rollout.n=2",
             "rollout.max_new_tokens=32", "rollout.engine=hf", "reward.workers=1", "trainer.save_every=0",
-            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]"]
+            f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]", "trainer.val_before_train=true",
+            "data.val_limit=2", "data.val_batch_size=2"]
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    [val, row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    # held out: 2 greedy trajectories, each called or not, each drift-checked
+    assert val["step"] == 0 and val["val/env/call_rate"] in (0.0, 0.5, 1.0) and val["val/env/drift_checked"] == 2
+    assert val["val/env/drift_rate"] == 0.0
     assert row["step"] == 1 and 1 <= row["tool/turns_mean"] <= 4
     assert row["reward/mean"] == row["reward/mean"] and 0 < row["response_length/mean"] <= 32
     # real samples: a non-canonical token split is counted apart (env/noncanonical_rate), never as boundary drift

@@ -1,10 +1,12 @@
-"""env_metrics / env failures / conversation_text over a hand-made round's meta (numbers derived in comments)."""
+"""env_metrics / val_env_metrics / env failures / conversation_text over hand-made rounds' meta (numbers derived in
+comments)."""
 from __future__ import annotations
 
 import math
 
-from reasonrl.data.sample import EnvOutcome, Sample
-from reasonrl.envs.metrics import conversation_text, env_metrics
+from reasonrl.data.sample import EnvOutcome, Sample, ToolOutcome
+from reasonrl.envs.metrics import conversation_text, env_metrics, val_env_metrics
+from reasonrl.trainer.metrics import validation_env_metrics
 from reasonrl.trainer.streaming import mark_env_failures
 from reasonrl.verifiers.base import VerifyResult
 
@@ -70,3 +72,30 @@ def test_feedback_metrics_count_first_failures_and_fixes():
     gen_no_cf = {"env": ["search"], "step_rewards": [[0.0]]}
     assert not any(k.startswith("env/code_feedback/") for k in env_metrics(gen_no_cf))
     assert "env/code_feedback/fixed" not in env_metrics({k: v for k, v in gen.items() if k != "step_rewards"})
+
+
+def _held_out(calls, malformed, env, drift, tool_mask=(0,)):
+    return Sample(group=0, response_ids=[1], response_text="", rollout_log_probs=[], finish_reason="stop",
+                  tool_mask=list(tool_mask) if tool_mask is not None else None,
+                  tools=ToolOutcome(malformed_calls=malformed, calls_per_tool=calls), env=EnvOutcome(env, drift=drift))
+
+
+def test_validation_logs_the_held_out_call_and_drift_rates():
+    samples = [_held_out({"search": 1}, 0, "search", 0),   # called once
+               _held_out({"search": 2}, 1, "search", 1),   # called twice (one more malformed): counts once; drifted
+               _held_out({}, 2, "search", 0),              # only malformed calls: not a call
+               _held_out({"search": 1}, 0, "search", -1)]  # called; drift unchecked
+    m = validation_env_metrics(samples)
+    # 3 of 4 trajectories made a well-formed call; drift over the 3 checked rows (0, 1, 2): 1 of 3
+    assert m == {"val/env/call_rate": 0.75, "val/env/drift_rate": 1 / 3, "val/env/drift_checked": 3.0}
+    assert val_env_metrics({"env": ["search"] * 2, "calls_per_tool": [{}, {}], "malformed_calls": [3, 0],
+                            "env_drift": [0, 0]})["val/env/call_rate"] == 0.0
+
+
+def test_validation_without_an_environment_logs_no_env_keys():
+    # a plain rollout (gsm8k): no tool mask, no outcomes
+    plain = [Sample(group=0, response_ids=[1], response_text="", rollout_log_probs=[], finish_reason="stop")] * 2
+    assert validation_env_metrics(plain) == {} and validation_env_metrics([]) == {}
+    tools_only = [_held_out({"python": 1}, 0, "", -1)] * 2  # the tool loop with no environment on its rows
+    assert validation_env_metrics(tools_only) == {}
+    assert val_env_metrics({"turns": [1]}) == {}
