@@ -353,20 +353,19 @@ class Trainer:
             self.val_data = PromptDataset(task_files(cfg.task, "val", cfg.data.val_files), self.tokenizer,
                                           cfg.data.max_prompt_length, cfg.data.apply_chat_template,
                                           cfg.data.system_prompt, limit=cfg.data.val_limit)
-        results, rows, outcomes = [], [], []
+        samples: List[Sample] = []
         chunk = max(self.world_size, cfg.data.val_batch_size - cfg.data.val_batch_size % self.world_size)
         with validation_bar(len(self.val_data)) as bar:
             for start in range(0, len(self.val_data), chunk):
                 prompts = [self.val_data[i] for i in range(start, min(start + chunk, len(self.val_data)))]
-                samples = self.source.generate_verified(prompts, self.plan.validation_sampling)
-                results += [s.result for s in samples]
-                rows += [s.prompt.row for s in samples]
-                outcomes += samples
-                bar.set_postfix_str(f"acc {sum(bool(r.correct) for r in results) / len(results):.3f}", refresh=False)
+                samples += self.source.generate_verified(prompts, self.plan.validation_sampling)
+                bar.set_postfix_str(f"acc {sum(bool(s.result.correct) for s in samples) / len(samples):.3f}",
+                                    refresh=False)
                 bar.update(len(prompts))
+        results = [s.result for s in samples]
         judged = [r for r in results if not r.failed]
-        out = {"val/failed": float(len(results) - len(judged)), **val_level_metrics(rows, results),
-               **validation_env_metrics(outcomes)}
+        out = {"val/failed": float(len(results) - len(judged)),
+               **val_level_metrics([s.prompt.row for s in samples], results), **validation_env_metrics(samples)}
         if judged:  # over the verdicts; with none at all the means are left out rather than reported as 0
             out["val/reward_mean"] = sum(r.score for r in judged) / len(judged)
             out["val/accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)
