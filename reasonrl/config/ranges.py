@@ -41,7 +41,7 @@ FIELD_RANGES: Dict[str, str] = {
     "trainer.max_skipped_steps": "[0, inf)",
     "trainer.total_steps": "[0, inf)", "trainer.save_every": "[0, inf)", "trainer.keep_checkpoints": "[0, inf)",
     "trainer.val_every": "[0, inf)", "trainer.num_workers": "[0, inf)", "trainer.seed": "[0, inf)",
-    "trainer.log_samples_every": "[0, inf)", "trainer.watchdog_max_s": "[0, inf)",
+    "trainer.log_samples_every": "[0, inf)", "trainer.log_val_samples": "[0, inf)", "trainer.watchdog_max_s": "[0, inf)",
     "trainer.watchdog_factor": "(1, inf)",
     "trainer.watchdog_min_s": "[0, inf)",
     "eval.n": "[1, inf)", "eval.k": "[1, inf)", "eval.limit": "[0, inf)", "eval.temperature": "[0, inf)",

@@ -242,6 +242,10 @@ class TrainerConfig:
     """Experiment name for loggers."""
     log_samples_every: int = 0
     """Write sample generations to samples.jsonl every this many steps (0: never)."""
+    log_val_samples: int = 0
+    """At each validation, write the first this many held-out responses (greedy) to val_samples.jsonl, with the
+    validation's step (0: none). The same prompts come first every time, so one question's answer can be followed
+    from validation to validation; the fields are the sample log's (reasonrl.logging.sample_log)."""
     profile: str = "auto"
     """Size profile: auto (cpu when no GPU and no sizes given), cpu, laptop (the sizes and learning settings under
     which SmolLM2 learns ``task=arith`` on a 2-core CPU in minutes: presets.LAPTOP_PROFILE), none."""

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 from reasonrl.config.load import ConfigError
 from reasonrl.registry import Registry
 
-from .sample_log import SAMPLE_LOG
+from .sample_log import SAMPLE_LOG, VAL_SAMPLE_LOG
 
 
 # (label, keys tried in order, format) for the one-line console summary.
@@ -266,6 +266,13 @@ class WandbLogger:
         self.run.finish()
 
 
+def _append_rows(path: Path, rows: List[Dict[str, Any]], step: int) -> None:
+    """One JSON line per row, ``step`` first."""
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps({"step": int(step), **to_jsonable(dict(row))}) + "\n")
+
+
 class RunLogger:
     """Fans metrics and samples out to the chosen backends; also owns ``<run_dir>/samples.jsonl``."""
 
@@ -295,10 +302,12 @@ class RunLogger:
 
     def log_samples(self, rows: List[Dict[str, Any]], step: int) -> None:
         """Append sample generations (prompt, response, reward, reason, ...) to samples.jsonl and tables."""
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps({"step": int(step), **to_jsonable(dict(row))}) + "\n")
+        _append_rows(self.samples_path, rows, step)
         self._each("log_samples", list(rows), int(step))
+
+    def log_val_samples(self, rows: List[Dict[str, Any]], step: int) -> None:
+        """Append held-out responses to val_samples.jsonl (``trainer.log_val_samples``; the file only)."""
+        _append_rows(self.run_dir / VAL_SAMPLE_LOG, rows, step)
 
     def close(self) -> None:
         """Flush and close every backend (safe to call twice)."""

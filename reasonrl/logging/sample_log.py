@@ -14,6 +14,8 @@ from typing import Any, Dict, Optional
 
 SAMPLE_LOG = "samples.jsonl"
 """The sample log's file name in the run directory."""
+VAL_SAMPLE_LOG = "val_samples.jsonl"
+"""The held-out responses' log (``trainer.log_val_samples``): the same fields, ``step`` the validation's."""
 
 
 def sample_log_row(prompt: str, response: str, reward: float, verifier: str, failed: bool, reason: str,

@@ -28,6 +28,7 @@ from reasonrl.datasets import task_files
 from reasonrl.fault_points import fault_point
 from reasonrl.interrupt import stop_at_boundary
 from reasonrl.logging import library_output
+from reasonrl.logging.sample_log import SAMPLE_LOG, VAL_SAMPLE_LOG, sample_log_row
 from reasonrl.models import load_tokenizer, resolve_model_path
 from reasonrl.rewards import check_verifiers, make_pool
 
@@ -118,7 +119,7 @@ class Trainer:
         return Path(mode)
 
     def _resume(self) -> None:
-        """Continue from ``self.resume_from``; rows of ``metrics.jsonl``/``samples.jsonl`` beyond the resumed step
+        """Continue from ``self.resume_from``; rows of ``metrics.jsonl`` and the sample logs beyond the resumed step
         (logged by a run killed before its checkpoint was complete) are dropped, so every step is logged once. A run
         that starts over (``trainer.resume=never``, or no checkpoint yet) drops every row an earlier run left."""
         ckpt = self.resume_from  # None with trainer.resume=never (_choose_checkpoint)
@@ -137,7 +138,7 @@ class Trainer:
             print(f"resumed from {ckpt} at step {self.step} (data epoch {self.sampler.epoch}, "
                   f"offset {self.sampler.offset})", flush=True)
         keep_through = self.step if ckpt is not None else -1  # no checkpoint: step 0's validation is redone too
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        for name in ("metrics.jsonl", SAMPLE_LOG, VAL_SAMPLE_LOG):
             dropped = drop_rows_after(self.run_dir / name, keep_through)
             if dropped:
                 print(f"dropped {dropped} {name} row(s) logged after step {self.step} by an earlier run",
@@ -309,16 +310,19 @@ class Trainer:
     def log_samples(self, samples: List[Sample]) -> None:
         """The first two groups' prompts, responses and verdicts to the sample log (``trainer.log_samples_every``;
         its fields: ``reasonrl.logging.sample_log``)."""
-        from reasonrl.envs.metrics import conversation_text
-        from reasonrl.logging.sample_log import sample_log_row
+        self.logger.log_samples(self.sample_rows([s for s in samples if s.group < 2]), self.step + 1)
 
-        self.logger.log_samples([sample_log_row(
+    def sample_rows(self, samples: List[Sample]) -> List[Dict[str, Any]]:
+        """The sample log's rows of ``samples`` (``reasonrl.logging.sample_log``)."""
+        from reasonrl.envs.metrics import conversation_text
+
+        return [sample_log_row(
             self.tokenizer.decode(s.prompt_ids, skip_special_tokens=True), s.response_text, s.result.score,
             s.verifier, s.result.failed, s.result.info.get("reason", ""), s.result.correct, s.prompt.row,
             len(s.response_ids), s.finish_reason, level=level_of(s.prompt.row),
             weights_version=s.weights_version, newest_version=s.newest_version,
             conversation=conversation_text(s.env.conversation) if s.env and s.env.conversation else None)
-            for s in samples if s.group < 2], self.step + 1)
+            for s in samples]
 
     def worker_groups(self) -> List[WorkerGroup]:
         """Every worker group of the run (each gets a watchdog and its stack dumps)."""
@@ -362,6 +366,8 @@ class Trainer:
                 bar.set_postfix_str(f"acc {sum(bool(s.result.correct) for s in samples) / len(samples):.3f}",
                                     refresh=False)
                 bar.update(len(prompts))
+        if cfg.trainer.log_val_samples:  # at the step the weights were trained to (0: before training)
+            self.logger.log_val_samples(self.sample_rows(samples[:cfg.trainer.log_val_samples]), self.step)
         results = [s.result for s in samples]
         judged = [r for r in results if not r.failed]
         out = {"val/failed": float(len(results) - len(judged)),

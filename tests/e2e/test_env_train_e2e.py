@@ -14,17 +14,24 @@ pytestmark = pytest.mark.slow
 
 
 def test_search_task_trains_one_step(tmp_path, model_path):
+    from reasonrl.datasets import read_rows, task_files
+
     out = tmp_path / "run"
     args = ["task=search", "trainer.total_steps=1", "data.train_batch_size=2", "rollout.n=2",
             "rollout.max_new_tokens=32", "rollout.engine=hf", "reward.workers=1", "trainer.save_every=0",
             f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]", "trainer.val_before_train=true",
-            "data.val_limit=2", "data.val_batch_size=2"]
+            "data.val_limit=2", "data.val_batch_size=2", "trainer.log_val_samples=1"]
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [val, row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # held out: 2 greedy trajectories, each called or not, each drift-checked
     assert val["step"] == 0 and val["val/env/call_rate"] in (0.0, 0.5, 1.0) and val["val/env/drift_checked"] == 2
     assert val["val/env/drift_rate"] == 0.0
+    # trainer.log_val_samples=1: the first held-out question's greedy trajectory, at the validation's step
+    [logged] = [json.loads(line) for line in (out / "val_samples.jsonl").read_text().splitlines() if line.strip()]
+    first = read_rows(task_files("search", "val")[0])[0]
+    assert logged["step"] == 0 and logged["ground_truth"] == first["reward_model"]["ground_truth"]
+    assert logged["data_source"] == first["data_source"] and isinstance(logged["correct"], bool)
     assert row["step"] == 1 and 1 <= row["tool/turns_mean"] <= 4
     assert row["reward/mean"] == row["reward/mean"] and 0 < row["response_length/mean"] <= 32
     # real samples: a non-canonical token split is counted apart (env/noncanonical_rate), never as boundary drift

@@ -39,6 +39,7 @@ def test_jsonl_writes_one_object_per_step_and_samples(tmp_path):
     logger.log(METRICS, step=1)
     logger.log({"reward/mean": torch.tensor(0.75), "actor/kl": float("nan"), "note": "x"}, step=2)
     logger.log_samples(ROWS, step=2)
+    logger.log_val_samples(ROWS[:1], step=0)  # held out, its own file: samples.jsonl keeps the training rows
     logger.close()
     logger.close()  # idempotent
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -49,6 +50,8 @@ def test_jsonl_writes_one_object_per_step_and_samples(tmp_path):
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == [2, 2]
     assert samples[1]["response"] == ROWS[1]["response"] and samples[1]["reason"] == "wrong answer"
+    [held_out] = [json.loads(line) for line in (tmp_path / "run" / "val_samples.jsonl").read_text().splitlines()]
+    assert held_out["step"] == 0 and held_out["response"] == ROWS[0]["response"]
 
     # A resumed run appends rather than truncating.
     with make_logger(["jsonl"], str(tmp_path / "run"), {}, "p", "e") as again:
