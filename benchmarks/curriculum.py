@@ -24,7 +24,8 @@ Output: ``benchmarks/results/curriculum.json`` and ``.png`` (held-out accuracy p
 fraction against rollouts, one line per sampler x seed). The summary compares the samplers at the last validation
 step every run reached (equal rollouts): accuracy per level, mean over seeds, the difference pass_rate - uniform,
 and its noise yardstick, twice the larger of the seeds' std and the binomial SE of a difference on the level's
-held-out problems.
+held-out problems; and, per level, each run's first validation step at ``--target-accuracy`` (steps to a fixed
+accuracy: ``summary.steps_to_target``).
 """
 from __future__ import annotations
 
@@ -110,6 +111,27 @@ def summarize(runs: Dict[str, List[Dict[str, Any]]], val_per_level: int) -> Dict
     return out
 
 
+def steps_to_target(runs: Dict[str, List[Dict[str, Any]]], target: float, last_step: Optional[int]) -> Dict[str, Any]:
+    """Per level and sampler, each run's first validation step (up to ``last_step``, the step every run reached) at
+    which held-out accuracy is at least ``target`` (None: not by then); the mean and std over the runs that reached
+    it, and how many did."""
+    out: Dict[str, Any] = {"target": target, "up_to_step": last_step, "levels": {}}
+    if last_step is None:
+        return out
+    for level in ("all", *LEVELS):
+        key = "val/accuracy" if level == "all" else f"val/{level}/accuracy"
+        per: Dict[str, Any] = {}
+        for name, rs in runs.items():
+            steps = [next((int(s) for s, _, v in sorted(r["curves"].get(key, [])) if s <= last_step and v >= target),
+                          None) for r in rs]
+            reached = [s for s in steps if s is not None]
+            per[name] = {"steps": steps, "reached": len(reached), "runs": len(steps),
+                         **({"mean": statistics.fmean(reached),
+                             "std": statistics.stdev(reached) if len(reached) > 1 else 0.0} if reached else {})}
+        out["levels"][level] = per
+    return out
+
+
 def plot(runs: Dict[str, List[Dict[str, Any]]], path: Path) -> None:
     """One panel per level (held-out accuracy vs rollouts) and one of the informative-group fraction."""
     import matplotlib
@@ -152,6 +174,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--out", default=str(lc.RESULTS / "curriculum.json"))
     parser.add_argument("--driver", choices=["local"], default="local",
                         help="local: the trainer in-process with one worker (the level metrics are installed there)")
+    parser.add_argument("--target-accuracy", type=float, default=0.2,
+                        help="the held-out accuracy whose first validation step per level the summary reports")
     parser.add_argument("--note", default="", help="free text stored in the JSON")
     parser.add_argument("--reuse", action="store_true", help="read existing runs' metrics instead of training")
     parser.add_argument("--parallel", action="store_true", help="train every sampler x seed at the same time")
@@ -194,6 +218,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     summary = summarize(runs, args.val_size)
+    summary["steps_to_target"] = steps_to_target(runs, args.target_accuracy, summary["compared_at_step"])
     result = {"benchmark": "curriculum", "task": TASK, "algorithm": args.algorithm, "samplers": args.samplers,
               "seeds": args.seeds, "steps": args.steps, "val_every": args.val_every, "shape": args.shape,
               "time_limit_s": args.time_limit_s, "note": args.note, "driver": args.driver, "overrides": overrides,
@@ -208,6 +233,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         extra = (f"; difference {diff['difference']:+.3f} (yardstick {diff['noise_yardstick']:.3f}, beyond noise: "
                  f"{diff['beyond_noise']})") if diff else ""
         print(f"  {level}: {line}{extra}", flush=True)
+    reach = summary["steps_to_target"]
+    for level, per in reach["levels"].items():
+        print(f"  first step at {reach['target']:.2f} on {level}: " + ", ".join(
+            f"{name} {per[name]['steps']}" for name in args.samplers if name in per), flush=True)
     print(f"informative groups: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in
                                              summary.get("informative_groups", {}).items()) + f"; wrote {out}, {png}")
     return 0
