@@ -36,7 +36,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
@@ -237,7 +237,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for level, per in reach["levels"].items():
         print(f"  first step at {reach['target']:.2f} on {level}: " + ", ".join(
             f"{name} {per[name]['steps']}" for name in args.samplers if name in per), flush=True)
-    print(f"informative groups: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in
+    print("informative groups: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in
                                              summary.get("informative_groups", {}).items()) + f"; wrote {out}, {png}")
     return 0
 
