@@ -114,7 +114,7 @@ def main(argv=None) -> None:
         weights[f"fp32 {args.model.split('/')[-1]}"] = smollm2(args.model)
     if args.gib > 0:
         weights[f"bf16 synthetic {args.gib:g} GiB"] = synthetic(args.gib)
-    ray.init(num_cpus=2, include_dashboard=False, namespace="publish-path",
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="publish-path",
              object_store_memory=int(max(2.0, 3 * args.gib) * 2 ** 30))
     try:
         result = {"benchmark": "publish_path", "args": vars(args) | {"out": str(args.out)},

@@ -40,7 +40,8 @@ def test_the_packed_bytes_are_copies_and_unpacked_tensors_views_of_them():
 def test_through_the_object_store_the_replica_reads_without_a_copy(ray_session):
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, namespace="published-weights-test")
+    ray.init(address="local", num_cpus=1, include_dashboard=False,  # its own cluster: a bare init joins
+             namespace="published-weights-test")  # the one ray_current_cluster names, if alive
     sent = put(_named())  # as actor rank 0's gather_weights returns it
     assert sent["bytes"] == 64
     got = ray.get(sent["ref"][0])
