@@ -155,7 +155,7 @@ run_learn() {  # run_learn SECONDS: learning_curve.py per algorithm, all at once
     python3 benchmarks/learning_curve.py --algorithm "$algo" --out "$OUT/learning_curve_$algo$suffix.json" \
       --runs-dir "$runs/$algo" --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-10}" \
       --val-size "${val_size:-300}" --driver local --parallel --time-limit-s "$limit" \
-      --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU), runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
+      --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
       -- "${TRAIN[@]}" ${EXTRA[$algo]} "${overrides[@]}" > "$runs/$algo.log" 2>&1 &
     pids+=($!)
   done
@@ -173,7 +173,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   mkdir -p "$runs/curriculum"
   python3 benchmarks/curriculum.py --out "$OUT/curriculum$suffix.json" --runs-dir "$runs/curriculum" \
     --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-5}" --val-size "${val_size:-100}" \
-    ${task:+--task "$task"} --parallel --time-limit-s "$limit" --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU), runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
+    ${task:+--task "$task"} --parallel --time-limit-s "$limit" --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), runs sharing the GPU, stopped at the time limit${label:+; label $label}" \
     -- "${TRAIN[@]}" "${EXTRA[grpo]}" trainer.save_every=10 trainer.resume=auto "${overrides[@]}" \
     >> "$runs/curriculum.log" 2>&1 || rc=$?
   tail -n 6 "$runs/curriculum.log"
