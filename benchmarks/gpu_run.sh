@@ -31,6 +31,13 @@
 #       learning_curve_<algo>_NAME.json, curriculum_NAME.json: e.g. a LoRA run beside a full one), --seeds 1,2,
 #       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N, --task T (curriculum:
 #       arith_levels, the default, or countdown: issue 50's A/B, e.g. --task countdown --label countdown --seeds 1,2,3)
+#   benchmarks/gpu_run.sh bg MODE [ARGS]  run `gpu_run.sh MODE ARGS` in a process session of its own (setsid), so it
+#                                         outlives this call and runs on until the machine goes back; its $OUT is
+#                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run spans calls
+#                                         without a restart (the gsm8k curve: one engine start instead of one a call)
+#   benchmarks/gpu_run.sh wait SECONDS    until the bg job ends or SECONDS pass: its progress (the last metrics row of
+#                                         each run under /tmp/lc), then its files into $OUT; exit status its rc once
+#                                         it ended, else 0
 #   NO_SETUP=1 (any mode): use the Python environment as it is (a machine with the stack installed, or the CPU
 #       dry run of benchmarks/README.md); the carried parts are not unpacked
 #   benchmarks/gpu_run.sh nanprobe SECONDS [ARGS]
@@ -182,7 +189,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   return $rc
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | base | lcpart K | learn S | curriculum S | evidence S | gsm8k S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
+cmd=${1:?usage: gpu_run.sh part K | setup | bg MODE | wait S | base | lcpart K | learn S | curriculum S | evidence S | gsm8k S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -304,12 +311,43 @@ case $cmd in
     python3 benchmarks/learning_curve.py --task gsm8k --label "gsm8k$suffix" --out "$OUT/gsm8k_curve$suffix.json" \
       --runs-dir "$runs/gsm8k" --seeds "${seeds[@]}" --steps "${steps:-200}" --val-every "${val_every:-20}" \
       --val-size "${val_size:-1319}" --driver local --parallel --time-limit-s "$limit" \
-      --note "GSM8K, examples/grpo_gsm8k.sh's settings, stopped at the time limit of one call${label:+; label $label}" \
+      --note "GSM8K, examples/grpo_gsm8k.sh's settings, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); runs still going at the time limit stop (stopped_at_limit)${label:+; label $label}" \
       -- rollout.engine=$engine data.train_batch_size=32 rollout.n=8 rollout.max_new_tokens=512 actor.lr=1e-6 \
       actor.ppo_mini_batch_size=16 trainer.save_every=20 trainer.resume=auto "${overrides[@]}" \
       > "$runs/gsm8k.log" 2>&1 || rc=$?
     tail -n 3 "$runs/gsm8k.log"
     exit $rc ;;
+  bg)
+    bg_out=${BG_OUT:-/tmp/bg_out}
+    if [ -d "$bg_out" ] && [ ! -f "$bg_out/rc" ] && [ -f "$bg_out/bg.log" ]; then
+      echo "a bg job is still running: $(head -n 1 "$bg_out/bg.log")" >&2; exit 2
+    fi
+    rm -rf "$bg_out" && mkdir -p "$bg_out"
+    echo "bg: $*" > "$bg_out/bg.log"
+    # setsid: a process session of its own, which the device keeps after the call returns; rc marks the end
+    setsid nohup bash -c 'OUT=$0 bash benchmarks/gpu_run.sh "$@" >> "$0/bg.log" 2>&1; echo $? > "$0/rc"' \
+      "$bg_out" "$@" < /dev/null > /dev/null 2>&1 &
+    echo "started in the background: gpu_run.sh $* (pid $!; gpu_run.sh wait SECONDS collects it)" ;;
+  wait)
+    limit=${1:?wait SECONDS}
+    bg_out=${BG_OUT:-/tmp/bg_out}
+    [ -f "$bg_out/bg.log" ] || { echo "no bg job on this machine (a fresh machine, or none started)" >&2; exit 2; }
+    # the tree is copied again for each call: put back the links setup_wheels made, which the job's imports need
+    if [ "${NO_SETUP:-0}" != 1 ]; then
+      for sub in verifiers sandboxes datasets; do [ -e "reasonrl/$sub" ] || ln -s "../$sub" "reasonrl/$sub"; done
+    fi
+    end=$((SECONDS + limit))
+    while [ ! -f "$bg_out/rc" ] && [ "$SECONDS" -lt "$end" ]; do sleep 1; done  # polls a file the job writes
+    for f in "${RUNS_ROOT:-/tmp/lc}"/*/*/*/metrics.jsonl; do
+      [ -f "$f" ] && echo "$f: $(tail -n 1 "$f" | cut -c 1-400)"
+    done
+    for l in "${RUNS_ROOT:-/tmp/lc}"/*/*/*.log; do
+      [ -f "$l" ] && { echo "$l:"; grep -vE "(INFO|DEBUG|WARNING) " "$l" | tail -n 4; }
+    done
+    tail -n 8 "$bg_out/bg.log"
+    find "$bg_out" -maxdepth 1 -type f -exec cp {} "$OUT/" \;
+    if [ -f "$bg_out/rc" ]; then echo "bg job ended: rc $(cat "$bg_out/rc")"; exit "$(cat "$bg_out/rc")"; fi
+    echo "bg job still running after ${limit} s" ;;
   train)
     setup
     setup_smollm2

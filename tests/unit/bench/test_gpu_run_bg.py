@@ -1,0 +1,66 @@
+"""`benchmarks/gpu_run.sh bg MODE` and `wait SECONDS`: a job that outlives the device call that starts it.
+
+The device keeps a process that started its own session (setsid) after a call returns, so one long run (the
+GSM8K curve's 200 steps) can span calls with one engine start. These tests run the real script on this machine
+with a job directory of their own (``BG_OUT``)."""
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from paths import REPO
+
+SCRIPT = REPO / "benchmarks" / "gpu_run.sh"
+
+
+def gpu_run(*args, bg_out: Path, out: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BG_OUT": str(bg_out), "OUT": str(out), "NO_SETUP": "1",
+           "RUNS_ROOT": str(bg_out.parent / "runs")}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_wait_returns_the_jobs_exit_status_and_its_files(tmp_path):
+    bg_out, out = tmp_path / "bg", tmp_path / "out"
+    started = gpu_run("bg", "nosuchmode", bg_out=bg_out, out=out)
+    assert started.returncode == 0, started.stderr
+    assert "started in the background: gpu_run.sh nosuchmode" in started.stdout
+    # the job ends at once (gpu_run.sh exits 2 on an unknown mode); wait returns when it writes rc
+    waited = gpu_run("wait", "60", bg_out=bg_out, out=out)
+    assert waited.returncode == 2, waited.stdout + waited.stderr
+    assert "bg job ended: rc 2" in waited.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["bg.log", "rc"]
+    log = (out / "bg.log").read_text()
+    assert log.startswith("bg: nosuchmode\n")
+    assert "unknown command nosuchmode" in log
+
+
+def test_a_second_job_is_refused_while_the_first_runs(tmp_path):
+    bg_out, out = tmp_path / "bg", tmp_path / "out"
+    # the job is itself a `wait` on the same directory: it runs until an rc file appears there, so this test
+    # decides when it ends (by writing rc), with no sleep in the order of events
+    started = gpu_run("bg", "wait", "300", bg_out=bg_out, out=out)
+    assert started.returncode == 0, started.stderr
+    pid = int(re.search(r"pid (\d+)", started.stdout).group(1))
+    try:
+        refused = gpu_run("bg", "nosuchmode", bg_out=bg_out, out=out)
+        assert refused.returncode == 2
+        assert "a bg job is still running: bg: wait 300" in refused.stderr
+        assert not (bg_out / "rc").exists()
+        assert "nosuchmode" not in (bg_out / "bg.log").read_text()  # the running job's log is untouched
+    finally:
+        (bg_out / "rc").write_text("7\n")  # ends the job's own wait loop (it polls every second), which logs its end
+        deadline = time.monotonic() + 60
+        while "bg job ended: rc 7" not in (bg_out / "bg.log").read_text():
+            if time.monotonic() > deadline:
+                os.killpg(pid, 9)
+                raise AssertionError("the bg job did not end after its rc file appeared")
+            time.sleep(0.2)
+
+
+def test_wait_without_a_job_says_so(tmp_path):
+    waited = gpu_run("wait", "5", bg_out=tmp_path / "none", out=tmp_path / "out")
+    assert waited.returncode == 2
+    assert "no bg job on this machine" in waited.stderr
