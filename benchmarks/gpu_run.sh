@@ -33,8 +33,8 @@
 #       arith_levels, the default, or countdown: issue 50's A/B, e.g. --task countdown --label countdown --seeds 1,2,3)
 #   benchmarks/gpu_run.sh bg MODE [ARGS]  run `gpu_run.sh MODE ARGS` in a process session of its own (setsid), so it
 #                                         outlives this call and runs on until the machine goes back; its $OUT is
-#                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run spans calls
-#                                         without a restart (the gsm8k curve: one engine start instead of one a call)
+#                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run
+#                                         spans calls without a restart (the gsm8k curve: one engine start in all)
 #   benchmarks/gpu_run.sh wait SECONDS    until the bg job ends or SECONDS pass: its progress (the last metrics row of
 #                                         each run under /tmp/lc), then its files into $OUT; exit status its rc once
 #                                         it ended, else 0
@@ -342,7 +342,7 @@ case $cmd in
       [ -f "$f" ] && echo "$f: $(tail -n 1 "$f" | cut -c 1-400)"
     done
     for l in "${RUNS_ROOT:-/tmp/lc}"/*/*/*.log; do
-      [ -f "$l" ] && { echo "$l:"; grep -vE "(INFO|DEBUG|WARNING) " "$l" | tail -n 4; }
+      [ -f "$l" ] && { echo "$l:"; grep -vE "(INFO|DEBUG|WARNING) " "$l" | tail -n 4 || true; }
     done
     tail -n 8 "$bg_out/bg.log"
     find "$bg_out" -maxdepth 1 -type f -exec cp {} "$OUT/" \;
