@@ -11,6 +11,10 @@ of ``task=search_example(s)`` and sorts each answer into one kind:
 * ``distractor``: a wrong year that the tool returned (from another article of the results, for instance);
 * ``not_in_tool``: a wrong year that no tool result holds.
 
+Per step it also counts the answers with a ``\boxed{}`` in the last assistant message, those the length cap ended
+(``finish_reason`` "length"), and those whose last message holds the true year anywhere (right or not: the fact was
+found, whatever the verifier then read).
+
 The question types are ``born`` ("In what year was X born?"), ``founded`` ("... the city of Y founded?") and
 ``two_hop`` ("... the city where X was born founded?"). Across validation steps the script also counts, per
 question, right -> wrong and wrong -> right changes, and how the wrong kinds moved.
@@ -67,8 +71,7 @@ def answer_kind(row: Dict[str, Any]) -> str:
     tool_texts = [text for role, text in blocks if role == "tool"]
     if not tool_texts:
         return "no_call"
-    last = next((text for role, text in reversed(blocks) if role == "assistant"), "")
-    answer = final_answer(last)
+    answer = final_answer(last_message(row))
     if answer is None:
         return "no_answer"
     if question_type(question(row["prompt"])) == "two_hop" and len(tool_texts) == 1:
@@ -80,13 +83,25 @@ def answer_kind(row: Dict[str, Any]) -> str:
     return "not_in_tool"
 
 
+def last_message(row: Dict[str, Any]) -> str:
+    blocks = turns(row.get("conversation") or "[assistant]\n" + row.get("response", ""))
+    return next((text for role, text in reversed(blocks) if role == "assistant"), "")
+
+
 def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     by_step: Dict[int, Dict[str, str]] = collections.defaultdict(dict)
     types: Dict[str, str] = {}
+    form: Dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for row in rows:
         q = question(row["prompt"])
         types[q] = question_type(q)
-        by_step[int(row["step"])][q] = answer_kind(row)
+        step = int(row["step"])
+        by_step[step][q] = answer_kind(row)
+        last = last_message(row)
+        form[step]["answers"] += 1
+        form[step]["boxed"] += "\\boxed{" in last
+        form[step]["length_capped"] += row.get("finish_reason") == "length"
+        form[step]["truth_in_last_message"] += str(row.get("ground_truth", "")) in YEAR.findall(last)
     steps = sorted(by_step)
     out: Dict[str, Any] = {"steps": steps, "questions": len(types), "per_step": {}, "changes": {}}
     for step in steps:
@@ -96,6 +111,7 @@ def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             table[types[q]][kind] += 1
             table["all"][kind] += 1
         out["per_step"][str(step)] = table
+        out.setdefault("form", {})[str(step)] = dict(form[step])
     for a, b in zip(steps, steps[1:]):
         common = set(by_step[a]) & set(by_step[b])
         moves = collections.Counter(f"{by_step[a][q]} -> {by_step[b][q]}" for q in common
@@ -118,7 +134,8 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     for step, table in result["per_step"].items():
-        print(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in table["all"].items()))
+        print(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in table["all"].items()) + " | "
+              + ", ".join(f"{k} {v}" for k, v in result["form"][step].items()))
     for span, change in result["changes"].items():
         print(f"{span}: right -> wrong {change['right_to_wrong']}, wrong -> right {change['wrong_to_right']}")
     return 0

@@ -20,9 +20,9 @@ def kinds():
     return module
 
 
-def row(q, conversation, correct=False, step=0):
+def row(q, conversation, correct=False, step=0, finish="stop"):
     return {"step": step, "prompt": EXAMPLES + f"user\n{q}\nassistant\n", "conversation": conversation,
-            "correct": correct, "response": ""}
+            "correct": correct, "response": "", "ground_truth": "1873", "finish_reason": finish}
 
 
 TWO_HOP = "In what year was the city where Veorn Zelsilcal was born founded?"
@@ -56,10 +56,14 @@ def test_changes_between_validations(kinds):
     rows = [row(questions[0], right, True, 0), row(questions[0], wrong, False, 8),   # right -> wrong
             row(questions[1], wrong, False, 0), row(questions[1], right, True, 8),   # wrong -> right
             row(questions[2], right, True, 0), row(questions[2], right, True, 8),    # unchanged
-            row(questions[3], wrong, False, 0), row(questions[3], "[assistant]\n1930", False, 8)]  # wrong, new kind
+            row(questions[3], wrong, False, 0), row(questions[3], "[assistant]\n1930", False, 8, "length")]
     out = kinds.summarize(rows)
     assert out["steps"] == [0, 8] and out["questions"] == 4
     assert out["per_step"]["0"]["all"]["right"] == 2 and out["per_step"]["0"]["born"]["distractor"] == 2
     change = out["changes"]["0->8"]
     assert (change["right_to_wrong"], change["wrong_to_right"]) == (1, 1)
     assert change["moves"] == {"right -> distractor": 1, "distractor -> right": 1, "distractor -> no_call": 1}
+    # step 0: all four boxed, the true 1873 in the last message of q0 and q2; step 8: q3's bare "1930" unboxed and
+    # cut by the length cap, 1873 last in q1 and q2
+    assert out["form"]["0"] == {"answers": 4, "boxed": 4, "length_capped": 0, "truth_in_last_message": 2}
+    assert out["form"]["8"] == {"answers": 4, "boxed": 3, "length_capped": 1, "truth_in_last_message": 2}
