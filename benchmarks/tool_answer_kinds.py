@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import re
 from pathlib import Path
@@ -126,10 +127,12 @@ def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--samples", type=Path, required=True, help="a run's val_samples.jsonl")
+    ap.add_argument("--samples", type=Path, required=True, help="a run's val_samples.jsonl (or .jsonl.gz)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    rows = [json.loads(line) for line in args.samples.read_text().splitlines() if line.strip()]
+    opener = gzip.open if args.samples.suffix == ".gz" else open
+    with opener(args.samples, "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     result = {"benchmark": "tool_answer_kinds", "samples": str(args.samples), **summarize(rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
