@@ -64,15 +64,25 @@ def final_answer(text: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def row_turns(row: Dict[str, Any]) -> List[tuple]:
+    """The turns of a logged row's trajectory (a single-turn row: its response as one assistant turn)."""
+    return turns(row.get("conversation") or "[assistant]\n" + row.get("response", ""))
+
+
+def last_message(blocks: List[tuple]) -> str:
+    """The text of the last assistant turn."""
+    return next((text for role, text in reversed(blocks) if role == "assistant"), "")
+
+
 def answer_kind(row: Dict[str, Any]) -> str:
     """One row of val_samples.jsonl -> one of KINDS."""
     if row.get("correct"):
         return "right"
-    blocks = turns(row.get("conversation") or "[assistant]\n" + row.get("response", ""))
+    blocks = row_turns(row)
     tool_texts = [text for role, text in blocks if role == "tool"]
     if not tool_texts:
         return "no_call"
-    answer = final_answer(last_message(row))
+    answer = final_answer(last_message(blocks))
     if answer is None:
         return "no_answer"
     if question_type(question(row["prompt"])) == "two_hop" and len(tool_texts) == 1:
@@ -84,11 +94,6 @@ def answer_kind(row: Dict[str, Any]) -> str:
     return "not_in_tool"
 
 
-def last_message(row: Dict[str, Any]) -> str:
-    blocks = turns(row.get("conversation") or "[assistant]\n" + row.get("response", ""))
-    return next((text for role, text in reversed(blocks) if role == "assistant"), "")
-
-
 def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     by_step: Dict[int, Dict[str, str]] = collections.defaultdict(dict)
     types: Dict[str, str] = {}
@@ -98,7 +103,7 @@ def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         types[q] = question_type(q)
         step = int(row["step"])
         by_step[step][q] = answer_kind(row)
-        last = last_message(row)
+        last = last_message(row_turns(row))
         form[step]["answers"] += 1
         form[step]["boxed"] += "\\boxed{" in last
         form[step]["length_capped"] += row.get("finish_reason") == "length"
