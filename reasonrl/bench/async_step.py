@@ -11,7 +11,8 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
   ``async/staleness``.
 * ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
   of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
-  staleness of each step counted.
+  staleness of each step counted; with the actor's memory per step (on a GPU), ``actor_alloc_retries``: the caching
+  allocator's retries during the timed steps (cumulative too: last timed step minus the last warm-up step).
 """
 from __future__ import annotations
 
@@ -91,6 +92,9 @@ def summarize(timed: List[Dict[str, Any]], before: Optional[Dict[str, Any]] = No
            "response_tokens_per_s": spread([r["response_tokens_per_s"] for r in timed]),
            "wall_s": spread([r["wall_s"] for r in timed]),
            "lag_histogram": lag_histogram(timed, before)}
+    if timed[-1].get("actor_memory"):
+        base = (before or {}).get("actor_memory") or {}
+        out["actor_alloc_retries"] = timed[-1]["actor_memory"]["alloc_retries"] - base.get("alloc_retries", 0.0)
     staleness = [r["staleness"] for r in timed if "staleness" in r]
     if staleness:
         out["staleness_steps"] = {str(int(k)): n for k, n in sorted(Counter(staleness).items())}

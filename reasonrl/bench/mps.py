@@ -4,8 +4,10 @@ NVIDIA's MPS daemon (``nvidia-cuda-mps-control``, on the H200 image) runs their 
 process started while the daemon runs is its client, so the daemon starts before Ray and stops after it."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -23,6 +25,11 @@ def gpu_placement(mps: bool, on_gpu: bool) -> Iterator[str]:
     if not on_gpu or control is None:
         raise RuntimeError(f"--mps needs a CUDA GPU and {CONTROL} on PATH (GPU: {on_gpu}, {CONTROL}: "
                            f"{control or 'not found'})")
+    # the daemon's pipe and log folders: /tmp's unless set (its defaults under /var/log need root); the daemon and
+    # every client started later (Ray's workers inherit this process's environment) must agree on the pipe
+    for var, sub in (("CUDA_MPS_PIPE_DIRECTORY", "pipe"), ("CUDA_MPS_LOG_DIRECTORY", "log")):
+        os.makedirs(os.environ.setdefault(var, os.path.join(tempfile.gettempdir(), "reasonrl-mps", sub)),
+                    exist_ok=True)
     subprocess.run([control, "-d"], stdin=subprocess.DEVNULL, check=True, timeout=30)
     try:
         yield "mps"

@@ -55,7 +55,9 @@ class BenchWorker(ActorRolloutRefWorker):
     def bench_memory(self, reset_peak: bool = False) -> Dict[str, float]:
         """GiB: torch's allocated / peak allocated / reserved in this process, the device's used memory, and this
         process's host memory now and at its peak (``VmRSS``/``VmHWM``: pinned offload buffers count) (empty on a
-        CPU). ``reset_peak``: start a new peak afterwards."""
+        CPU); with the caching allocator's counts since the process started: ``alloc_retries`` (an allocation that
+        failed, emptied the cache and tried again: the cost of memory pressure) and ``ooms``. ``reset_peak``: start a
+        new peak afterwards."""
         if self.device != "cuda":
             return {}
         _sync()
@@ -64,6 +66,9 @@ class BenchWorker(ActorRolloutRefWorker):
                "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
                "reserved_gib": torch.cuda.memory_reserved() / GIB,
                "device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB, **_host_memory_gib()}
+        stats = torch.cuda.memory_stats()
+        out["alloc_retries"] = float(stats.get("num_alloc_retries", 0))
+        out["ooms"] = float(stats.get("num_ooms", 0))
         if reset_peak:
             torch.cuda.reset_peak_memory_stats()
         return out

@@ -46,6 +46,13 @@ def test_summary_median_spread_and_the_lag_counters_growth():
     assert s["steps"] == 3 and s["trained_tokens_per_s"]["median"] == 200.0
     assert (s["trained_tokens_per_s"]["min"], s["trained_tokens_per_s"]["max"]) == (100.0, 300.0)
     assert s["staleness_steps"] == {"1": 3}
+    assert "actor_alloc_retries" not in s  # no memory probe on a CPU
+    # the allocator's retries are cumulative since the actor started: 7 at the warm-up, 7, 9, 12 after the timed steps
+    warm["actor_memory"] = {"alloc_retries": 7.0}
+    for rec, retries in zip(timed, (7.0, 9.0, 12.0)):
+        rec["actor_memory"] = {"alloc_retries": retries}
+    assert summarize(timed, warm)["actor_alloc_retries"] == 5.0  # 12 - 7
+    assert summarize(timed, None)["actor_alloc_retries"] == 12.0
 
 
 @pytest.mark.slow  # Ray, the actor and a replica on the CPU: about 35 s on the shared 2-core machine

@@ -61,3 +61,18 @@ def test_wait_without_a_job_says_so(tmp_path):
     waited = gpu_run("wait", "5", bg_out=tmp_path / "none", out=tmp_path / "out")
     assert waited.returncode == 2
     assert "no bg job on this machine" in waited.stderr
+
+
+def test_series_runs_every_line_in_turn_and_exits_with_the_first_failure(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing to run\n")
+    series = tmp_path / "series.txt"
+    # a: an empty series (rc 0); b: an unknown mode (rc 2); c runs although b failed; comments and blank lines skip
+    series.write_text(f"# a comment\na series {empty}\n\nb nosuchmode 'one word'\nc series {empty}\n")
+    out = tmp_path / "out"
+    done = gpu_run("series", str(series), bg_out=tmp_path / "bg", out=out)
+    assert done.returncode == 2, done.stdout + done.stderr
+    ended = [line for line in done.stdout.splitlines() if " ended: rc " in line]
+    assert ended == ["series: a ended: rc 0", "series: b ended: rc 2", "series: c ended: rc 0"]
+    assert "unknown command nosuchmode" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "c"]  # each line's $OUT

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -32,9 +33,14 @@ def test_mps_is_refused_naming_what_is_missing(monkeypatch, tmp_path):
 def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_path, fails):
     log = tmp_path / "calls.log"
     control = tmp_path / "nvidia-cuda-mps-control"
-    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\ncat >> {log}\n')  # its stdin too
+    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\necho "pipe:$CUDA_MPS_PIPE_DIRECTORY" >> {log}\n'
+                       f'cat >> {log}\n')  # its pipe folder and its stdin too
     control.chmod(control.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the default pipe folder goes under it
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir reads TMPDIR again
     seen = []
     with pytest.raises(ValueError) if fails else contextlib.nullcontext():
         with gpu_placement(True, on_gpu=True) as placement:
@@ -42,5 +48,8 @@ def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_
             if fails:
                 raise ValueError("the benchmark failed")
     assert seen[0][0] == "mps"
-    assert seen[0][1].splitlines() == ["args:-d"]  # up before the block ran
-    assert log.read_text().splitlines() == ["args:-d", "args:", "quit"]
+    pipe = tmp_path / "reasonrl-mps" / "pipe"
+    assert seen[0][1].splitlines() == ["args:-d", f"pipe:{pipe}"]  # up before the block ran, its pipe under /tmp
+    assert pipe.is_dir() and (tmp_path / "reasonrl-mps" / "log").is_dir()
+    assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)  # for the clients the block starts
+    assert log.read_text().splitlines() == ["args:-d", f"pipe:{pipe}", "args:", f"pipe:{pipe}", "quit"]
