@@ -9,9 +9,11 @@ import shutil
 import subprocess
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, List
 
 CONTROL = "nvidia-cuda-mps-control"
+QUITTERS: List[subprocess.Popen] = []
+"""The ``quit`` senders started (the tests wait for them)."""
 
 
 @contextmanager
@@ -34,4 +36,10 @@ def gpu_placement(mps: bool, on_gpu: bool) -> Iterator[str]:
     try:
         yield "mps"
     finally:
-        subprocess.run([control], input="quit\n", text=True, timeout=60, check=False)
+        # not waited for: the daemon quits once its clients have, and this process is one of them (it starts CUDA
+        # inside the block), so waiting here would never end; the quitter runs on in a session of its own
+        quitter = subprocess.Popen([control], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        quitter.stdin.write("quit\n")
+        quitter.stdin.close()
+        QUITTERS.append(quitter)

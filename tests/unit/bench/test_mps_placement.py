@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+from reasonrl.bench import mps
 from reasonrl.bench.mps import gpu_placement
 
 
@@ -47,6 +48,7 @@ def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_
             seen.append((placement, log.read_text()))
             if fails:
                 raise ValueError("the benchmark failed")
+    assert mps.QUITTERS[-1].wait(timeout=30) == 0  # quit is sent without waiting for the daemon to end
     assert seen[0][0] == "mps"
     pipe = tmp_path / "reasonrl-mps" / "pipe"
     assert seen[0][1].splitlines() == ["args:-d", f"pipe:{pipe}"]  # up before the block ran, its pipe under /tmp
