@@ -19,7 +19,10 @@ continuation); such a prompt takes what it is owed (again cut to its call's cap)
 samples draw from ``lengths``, so a step generates the same multiset of lengths in segments as in one call, but for
 one thing: a length that is a multiple of the segment owes 0 after its last full segment, and since the segmented
 generator continues a sequence that filled its segment, that continuation gets 1 token (vLLM's least), so such a
-sample is 1 token longer. A call with no continuation in it starts afresh (what is owed is forgotten).
+sample is 1 token longer. What is owed is kept until its continuation comes, whatever calls come between: the
+continuous fleet (``fleet.continuous``) starts fresh groups in calls of their own while others are cut mid-response
+(forgetting what was owed at such a call gave the continuations fresh lengths: 311,211 response tokens in the
+twenty-second session's first partial step on a GPU against the 278,921 drawn).
 """
 from __future__ import annotations
 
@@ -59,8 +62,6 @@ def with_per_sample_lengths(generate: Callable, lengths: Sequence[int]) -> Calla
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if not params or any(p is None or not getattr(p, "ignore_eos", False) for p in params):
             return generate(prompts[0] if single else prompts, sampling_params, *args, **kwargs)
-        if not any(_token_ids(prompt) in owed for prompt in prompts):
-            owed.clear()  # a new generation: nothing of an earlier one is continued here
         flat_prompts: List[Any] = []
         flat_params: List[Any] = []
         wanted: List[int] = []

@@ -72,6 +72,27 @@ def test_a_sample_generated_in_segments_keeps_its_length():
     assert len(fresh[0].outputs[0].token_ids) == 4
 
 
+def test_a_call_of_fresh_prompts_between_segments_does_not_forget_what_is_owed():
+    """The continuous fleet: lengths [10, 3]; call 1 cuts the first sample at 4 (owing 6); call 2 holds only a fresh
+    prompt (length 3); call 3 continues the first sample, which still gets its 6 (cut to 4, then 2), not a fresh
+    length (10 again, had call 2 forgotten it)."""
+    from vllm import SamplingParams
+
+    def fake_generate(prompts, params, **kwargs):
+        return [SimpleNamespace(prompt=p, outputs=[SimpleNamespace(index=0, token_ids=[3] * sp.max_tokens)])
+                for p, sp in zip(prompts, params)]
+
+    generate = with_per_sample_lengths(fake_generate, [10, 3])
+    one = SamplingParams(n=1, max_tokens=4, ignore_eos=True)
+    first = generate([{"prompt_token_ids": [1]}], one)[0].outputs[0].token_ids
+    assert len(first) == 4
+    assert len(generate([{"prompt_token_ids": [2]}], one)[0].outputs[0].token_ids) == 3  # fresh: the next length
+    second = generate([{"prompt_token_ids": [1, *first]}], one)[0].outputs[0].token_ids
+    assert len(second) == 4  # 6 owed, cut to the segment's 4
+    third = generate([{"prompt_token_ids": [1, *first, *second]}], one)[0].outputs[0].token_ids
+    assert len(third) == 2  # 10 in all: 4 + 4 + 2
+
+
 def test_a_length_that_fills_its_last_segment_owes_one_token_more():
     """Length 8 in segments of 4: 4, then 4 (it filled the cap, owing 0), then the continuation gets vLLM's least, 1
     token (the sample is 9 long): the documented +1, never a fresh length."""
