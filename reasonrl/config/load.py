@@ -6,6 +6,7 @@ naming the key, before anything loads. A key given twice takes the last value, `
 from __future__ import annotations
 
 import copy
+import functools
 import difflib
 import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -51,14 +52,33 @@ def _profile_applies(profile: str, device: str, cuda_available: Optional[bool]) 
     return not cuda_available
 
 
-def _merge(base, layer: Dict[str, Any], what: str):
+@functools.lru_cache(maxsize=1)
+def _schema():
+    """``Config``'s structured OmegaConf node, built once per process (about a third of a ``load_config`` call);
+    never changed: every merge returns a new node and leaves its inputs as they were."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(Config)
+
+
+def _merge(base, layers: List[Tuple[str, Any]]):
+    """``base`` with each ``(what, layer)`` merged over it in turn (a dict or an OmegaConf node), in one
+    ``OmegaConf.merge`` (each merge copies the whole tree once); a failure is merged again layer by layer to name the
+    one that failed: ``what: config key ...``."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    nodes = [layer if OmegaConf.is_config(layer) else OmegaConf.create(layer) for _, layer in layers]
     try:
-        return OmegaConf.merge(base, OmegaConf.create(layer))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{what}: {_describe(exc)}") from None
+        return OmegaConf.merge(base, *nodes)
+    except OmegaConfBaseException:
+        pass
+    for (what, _), node in zip(layers, nodes):
+        try:
+            base = OmegaConf.merge(base, node)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{what}: {_describe(exc)}" if what else _describe(exc)) from None
+    raise AssertionError("a merge failed at once but not layer by layer")  # OmegaConf merges in order either way
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -98,11 +118,10 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
                           "(the KL in the loss, default k3) and/or algorithm.kl_reward_estimator (the KL in the "
                           "reward, default k1)")
 
-    cfg = OmegaConf.structured(Config)
-    cfg = _merge(cfg, {"task": task}, "task")
-    cfg = _merge(cfg, copy.deepcopy(TASK_PRESETS[task]), f"task preset {task}")
+    presets = [("task", {"task": task}), (f"task preset {task}", copy.deepcopy(TASK_PRESETS[task]))]
     if algorithm is not None:
-        cfg = _merge(cfg, {"algorithm": {"name": algorithm, **ALGORITHM_PRESETS[algorithm]}}, f"algorithm {algorithm}")
+        presets.append((f"algorithm {algorithm}", {"algorithm": {"name": algorithm, **ALGORITHM_PRESETS[algorithm]}}))
+    cfg = _merge(_schema(), presets)
 
     try:
         user_cfg = OmegaConf.from_dotlist([f"{k}={v}" for k, v in user])
@@ -114,15 +133,16 @@ def load_config(args: Iterable[str] = (), cuda_available: Optional[bool] = None)
     except OmegaConfBaseException as exc:
         raise ConfigError(_describe(exc)) from None
     notes: Dict[str, Any] = {"task": task, "algorithm": algorithm or probe.algorithm.name, "profile": None}
+    beneath_user: List[Tuple[str, Any]] = []
     if probe.trainer.profile == "laptop":
-        cfg = _merge(cfg, copy.deepcopy(LAPTOP_PROFILE), "laptop profile")
+        beneath_user.append(("laptop profile", copy.deepcopy(LAPTOP_PROFILE)))
         notes["profile"] = "laptop"
     elif _profile_applies(probe.trainer.profile, probe.trainer.device, cuda_available):
-        cfg = _merge(cfg, _cpu_profile_under(cfg, TASK_PRESETS[task]), "cpu profile")
+        beneath_user.append(("cpu profile", _cpu_profile_under(cfg, TASK_PRESETS[task])))
         notes["profile"] = "cpu"
     if probe.trainer.mode in MODE_PRESETS:
-        cfg = _merge(cfg, copy.deepcopy(MODE_PRESETS[probe.trainer.mode]), f"trainer.mode={probe.trainer.mode}")
-    cfg = OmegaConf.merge(cfg, user_cfg)
+        beneath_user.append((f"trainer.mode={probe.trainer.mode}", copy.deepcopy(MODE_PRESETS[probe.trainer.mode])))
+    cfg = _merge(cfg, [*beneath_user, ("", user_cfg)]) if beneath_user else probe
     obj: Config = OmegaConf.to_object(cfg)
     if obj.algorithm.off_policy.correction == "False":  # YAML reads a bare `off` as false: off means none
         obj.algorithm.off_policy.correction = "none"
