@@ -208,3 +208,13 @@ def test_adamw_impl_resolves_by_device_and_a_wrong_value_is_named():
     assert (adamw_impl(cfg, "cuda"), adamw_impl(cfg, "cpu")) == ("foreach", "foreach")
     with pytest.raises(ConfigError, match=r"actor.adamw_impl.*auto, fused, foreach, for_loop"):
         load_config(["actor.adamw_impl=apex"])
+
+
+def test_merged_layers_name_the_one_that_fails():
+    from reasonrl.config.load import _merge, _schema
+
+    good, bad = ("task preset x", {"actor": {"lr": 0.5}}), ("laptop profile", {"actor": {"nope": 1}})
+    assert _merge(_schema(), [good]).actor.lr == 0.5
+    assert _schema().actor.lr != 0.5  # the cached schema is left as it was
+    with pytest.raises(ConfigError, match=r"^laptop profile: config key 'actor.nope': Key 'nope' not in"):
+        _merge(_schema(), [good, bad])
