@@ -69,7 +69,7 @@ def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on
         f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
         f"data.train_files=[{data_file}]", f"data.train_batch_size={args.prompts}",
         f"data.max_prompt_length={args.prompt_len}", "data.apply_chat_template=false", "data.system_prompt=null",
-        "reward.verifier=bench_random", "reward.workers=1",
+        "reward.verifier=bench_random", "reward.workers=1", "async_rollout.mps=disabled",  # --mps is the switch
         f"rollout.engine={args.engine}", f"rollout.n={args.n}", f"rollout.max_new_tokens={args.response_len}",
         f"eval.max_new_tokens={args.response_len}", "rollout.temperature=1.0", "rollout.top_p=1.0", "rollout.top_k=-1",
         f"rollout.gpu_memory_utilization={args.gpu_memory_utilization}", f"rollout.kv_cache_gb={args.kv_cache_gb}",

@@ -25,6 +25,13 @@ class AsyncRolloutConfig:
     ``num_rollout_workers`` must equal the actor ranks; needs ``fleet.enabled`` (weights through Ray's object store:
     NCCL refuses two ranks on one GPU). On a CPU the replicas share the cores, as in plain async mode (docs/async.md,
     "The same GPU for both")."""
+    mps: str = "auto"
+    """With ``share_devices`` on a GPU: NVIDIA's Multi-Process Service, so the actor's and the replica's kernels run
+    side by side instead of taking turns on the GPU (on one H100: 1.19x colocated under MPS, 0.82x time-sliced;
+    docs/async.md). ``auto``: start ``nvidia-cuda-mps-control -d`` before the workers when it is on PATH and no
+    daemon runs (a local cluster only), use one that runs, else say that the GPU will be time-sliced; ``required``:
+    the same, but refuse to start without a daemon; ``disabled``: leave the GPU as it is
+    (``reasonrl/controller/mps.py``)."""
     engine_memory_fraction: float = 0.3
     """With ``share_devices``: the share of each shared GPU's memory the replica's vLLM engine takes (its
     ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); the rest is

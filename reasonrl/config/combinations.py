@@ -63,6 +63,7 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if cfg.async_rollout.share_devices and cfg.trainer.mode != "async":
         out.append(("async_rollout.share_devices", f"needs trainer.mode=async (not {cfg.trainer.mode}): the colocated "
                                                    "engine already lives on the actor's GPU (and sleeps while it trains)"))
+    out += mps_problems(cfg.async_rollout)
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
@@ -100,6 +101,16 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
         out.append(("trainer.mode", "async is not supported with ReMax (algorithm.adv_estimator=remax: its greedy "
                                     "baseline runs on the engines that are generating the next round) yet"))
     return out
+
+
+def mps_problems(a) -> List[Problem]:
+    """``async_rollout.mps``: one of its three values; ``required`` only where a GPU is shared."""
+    if a.mps not in ("auto", "required", "disabled"):
+        return [("async_rollout.mps", f"unknown {a.mps!r}; choose one of auto, required, disabled")]
+    if a.mps == "required" and not a.share_devices:
+        return [("async_rollout.mps", "required is only read with async_rollout.share_devices=true (a GPU the actor "
+                                      "shares with its replica)")]
+    return []
 
 
 def shared_device_problems(cfg) -> List[Problem]:

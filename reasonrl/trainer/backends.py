@@ -66,7 +66,12 @@ class RayBackend:
         from reasonrl.controller.placement import node_capacities
         from reasonrl.memory.shared_gpu import allocator_env
 
-        with startup("ray_start"), timed("starting Ray" if cfg.trainer.ray_address in (None, "local")
+        from reasonrl.controller.mps import prepare_shared_gpu
+
+        local = cfg.trainer.ray_address in (None, "local")
+        # a GPU the actor shares with its replica: NVIDIA's MPS daemon up before any worker starts CUDA (its clients)
+        prepare_shared_gpu(cfg.async_rollout.mps, plan.share_devices and plan.device == "cuda", local)
+        with startup("ray_start"), timed("starting Ray" if local
                                          else f"joining the Ray cluster at {cfg.trainer.ray_address}"):
             start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
             library_output.after_ray_start()  # the workers' lines to libraries.log (trainer.verbose=false)

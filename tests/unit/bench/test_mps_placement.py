@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from reasonrl.bench import mps
+from reasonrl.controller import mps
 from reasonrl.bench.mps import gpu_placement
 
 
@@ -34,12 +34,12 @@ def test_mps_is_refused_naming_what_is_missing(monkeypatch, tmp_path):
 def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_path, fails):
     log = tmp_path / "calls.log"
     control = tmp_path / "nvidia-cuda-mps-control"
-    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\necho "pipe:$CUDA_MPS_PIPE_DIRECTORY" >> {log}\n'
-                       f'cat >> {log}\n')  # its pipe folder and its stdin too
+    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\necho "log:$CUDA_MPS_LOG_DIRECTORY" >> {log}\n'
+                       f'cat >> {log}\n')  # its log folder and its stdin too
     control.chmod(control.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the default pipe folder goes under it
-    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the default log folder goes under it
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipe"))
     monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir reads TMPDIR again
     seen = []
@@ -50,8 +50,8 @@ def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_
                 raise ValueError("the benchmark failed")
     assert mps.QUITTERS[-1].wait(timeout=30) == 0  # quit is sent without waiting for the daemon to end
     assert seen[0][0] == "mps"
-    pipe = tmp_path / "reasonrl-mps" / "pipe"
-    assert seen[0][1].splitlines() == ["args:-d", f"pipe:{pipe}"]  # up before the block ran, its pipe under /tmp
-    assert pipe.is_dir() and (tmp_path / "reasonrl-mps" / "log").is_dir()
-    assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)  # for the clients the block starts
-    assert log.read_text().splitlines() == ["args:-d", f"pipe:{pipe}", "args:", f"pipe:{pipe}", "quit"]
+    logs = tmp_path / "reasonrl-mps-log"
+    assert seen[0][1].splitlines() == ["args:-d", f"log:{logs}"]  # up before the block ran, its log under /tmp
+    assert logs.is_dir() and (tmp_path / "pipe").is_dir()
+    # the quitter inherits this process's environment (no log folder set in it)
+    assert log.read_text().splitlines() == ["args:-d", f"log:{logs}", "args:", "log:", "quit"]

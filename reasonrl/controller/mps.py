@@ -1,0 +1,111 @@
+"""NVIDIA's Multi-Process Service for a GPU that two processes share (``async_rollout.share_devices``: the actor
+and its rollout replica on one GPU, docs/async.md "The same GPU for both").
+
+Without MPS the driver time-slices two processes on one GPU: each takes the whole GPU in turn, so a decode step of
+the long tail holds its turn with few SMs busy. Under MPS (``nvidia-cuda-mps-control -d``) their kernels run side by
+side. On one H100 the same-GPU mode trained 0.82x colocated time-sliced and 1.19x under MPS (twenty-first and
+twenty-second sessions, ``benchmarks/results/s2{1,2}_async_*.json``).
+
+A CUDA process becomes the daemon's client when it initialises CUDA, so the daemon must be up before the workers
+start; it quits once its clients are gone, which is why ``quit_daemon`` sends ``quit`` without waiting (a waiting
+process that is itself a client would wait forever). ``async_rollout.mps`` chooses (``decide``): ``auto`` starts
+the daemon for a shared GPU on a local cluster when the control binary is there and none runs (and says so), uses
+one that runs, and otherwise says that the two processes will time-slice; ``required`` refuses to go on without it;
+``disabled`` leaves the GPU as it is (not ``on``/``off``: YAML reads those as booleans)."""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import List, Mapping, Optional
+
+CONTROL = "nvidia-cuda-mps-control"
+DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # NVIDIA's, when CUDA_MPS_PIPE_DIRECTORY is not set
+MODES = ("auto", "required", "disabled")
+QUITTERS: List[subprocess.Popen] = []
+"""The ``quit`` senders started (the tests wait for them)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a run does about MPS: ``action`` is ``start`` (start the daemon), ``use`` (one runs already) or
+    ``none``; ``note`` is the line the run prints (empty: nothing to say); ``error`` refuses the run (``mps=required``)."""
+
+    action: str
+    note: str = ""
+    error: str = ""
+
+
+def pipe_directory(env: Mapping[str, str]) -> str:
+    return env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIRECTORY
+
+
+def daemon_running(env: Mapping[str, str]) -> bool:
+    """Whether a control daemon listens on this environment's pipe directory (it keeps its ``control`` pipe there)."""
+    return os.path.exists(os.path.join(pipe_directory(env), "control"))
+
+
+def decide(mode: str, shared_gpu: bool, local_cluster: bool, control: Optional[str], running: bool) -> Decision:
+    """The choice for ``async_rollout.mps=mode`` (see the module docstring). ``shared_gpu``: share_devices on a
+    CUDA device; ``control``: the control binary's path (None: not found); ``running``: a daemon is up."""
+    if mode == "disabled" or not shared_gpu:
+        return Decision("none")
+    if running:
+        return Decision("use", "MPS: a daemon runs already; the actor and its replica share the GPU through it")
+    time_sliced = ("the actor and its replica will take turns on the GPU (time-slicing: 0.82x colocated on an H100, "
+                   "against 1.19x under MPS; docs/async.md)")
+    if not local_cluster:
+        missing = "the run joins a Ray cluster (trainer.ray_address), whose machines start their own MPS daemons"
+    elif control is None:
+        missing = f"{CONTROL} is not on PATH"
+    else:
+        return Decision("start", f"MPS: starting {CONTROL} for the shared GPU (async_rollout.mps={mode}); it quits "
+                                 "when the run's processes have ended")
+    if mode == "required":
+        return Decision("none", error=f"async_rollout.mps=required: no MPS daemon runs and none can be started here: "
+                                      f"{missing}")
+    return Decision("none", f"MPS: not started ({missing}): {time_sliced}; async_rollout.mps=disabled silences this")
+
+
+def start_daemon(control: str) -> None:
+    """Start the control daemon on the pipe directory of ``pipe_directory`` (NVIDIA's default unless set, where every
+    client looks), its log under /tmp unless ``CUDA_MPS_LOG_DIRECTORY`` is set (the default, under /var/log, needs
+    root)."""
+    env = dict(os.environ)
+    env.setdefault("CUDA_MPS_LOG_DIRECTORY", os.path.join(tempfile.gettempdir(), "reasonrl-mps-log"))
+    for folder in (pipe_directory(env), env["CUDA_MPS_LOG_DIRECTORY"]):
+        os.makedirs(folder, exist_ok=True)
+    subprocess.run([control, "-d"], stdin=subprocess.DEVNULL, check=True, timeout=30, env=env)
+
+
+def quit_daemon(control: str) -> None:
+    """Tell the daemon to quit, not waiting: it ends once its clients have (see the module docstring)."""
+    quitter = subprocess.Popen([control], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    quitter.stdin.write("quit\n")
+    quitter.stdin.close()
+    QUITTERS.append(quitter)
+
+
+def control_binary() -> Optional[str]:
+    return shutil.which(CONTROL)
+
+
+def prepare_shared_gpu(mode: str, shared_gpu: bool, local_cluster: bool) -> Decision:
+    """Before Ray starts (``RayBackend.start``): ``decide``, then start the daemon (told to quit when this process
+    exits) or refuse the run (``ConfigError``, naming ``async_rollout.mps``); the note is printed."""
+    from reasonrl.config import ConfigError
+
+    control = control_binary()
+    decision = decide(mode, shared_gpu, local_cluster, control, daemon_running(os.environ))
+    if decision.error:
+        raise ConfigError(decision.error)
+    if decision.note:
+        print(f"reasonrl: {decision.note}", flush=True)
+    if decision.action == "start":
+        start_daemon(control)
+        atexit.register(quit_daemon, control)
+    return decision

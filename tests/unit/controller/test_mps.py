@@ -1,0 +1,85 @@
+"""reasonrl/controller/mps.py: what a run with ``async_rollout.share_devices`` does about NVIDIA's MPS daemon. No GPU
+and no daemon here, so ``decide`` is checked case by case, and ``prepare_shared_gpu`` against a stand-in
+``nvidia-cuda-mps-control`` on PATH that records how it is called (started with ``-d`` before the workers; told
+``quit`` when the process exits, through atexit)."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from reasonrl.config import ConfigError
+from reasonrl.controller import mps
+from reasonrl.controller.mps import daemon_running, decide, prepare_shared_gpu
+
+BIN = "/usr/bin/nvidia-cuda-mps-control"
+
+
+def test_decide_case_by_case():
+    # not a shared GPU, or disabled: nothing, whatever else holds
+    assert decide("auto", shared_gpu=False, local_cluster=True, control=BIN, running=False).action == "none"
+    assert decide("required", shared_gpu=False, local_cluster=True, control=None, running=False).error == ""
+    assert decide("disabled", shared_gpu=True, local_cluster=True, control=BIN, running=False) == mps.Decision("none")
+    # a daemon runs: use it (auto and required alike), never start a second
+    for mode in ("auto", "required"):
+        assert decide(mode, True, True, BIN, running=True).action == "use"
+    # none runs, the binary is there, a local cluster: start it
+    started = decide("auto", True, True, BIN, running=False)
+    assert started.action == "start" and "starting nvidia-cuda-mps-control" in started.note
+    # none can be started: auto says the GPU is time-sliced and how to silence it; required refuses, naming why
+    no_binary = decide("auto", True, True, None, running=False)
+    assert (no_binary.action, no_binary.error) == ("none", "")
+    assert "nvidia-cuda-mps-control is not on PATH" in no_binary.note and "time-slicing" in no_binary.note
+    assert "async_rollout.mps=disabled silences this" in no_binary.note
+    refused = decide("required", True, True, None, running=False)
+    assert refused.error.startswith("async_rollout.mps=required: no MPS daemon runs") and "not on PATH" in refused.error
+    remote = decide("required", True, local_cluster=False, control=BIN, running=False)
+    assert "trainer.ray_address" in remote.error  # a cluster's machines start their own daemons
+
+
+def test_a_daemon_is_seen_by_its_control_pipe(tmp_path):
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
+    assert not daemon_running(env)
+    (tmp_path / "control").touch()
+    assert daemon_running(env)
+    assert mps.pipe_directory({}) == "/tmp/nvidia-mps"  # NVIDIA's default
+
+
+def stand_in(tmp_path, monkeypatch):
+    log = tmp_path / "calls.log"
+    control = tmp_path / "nvidia-cuda-mps-control"
+    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\ncat >> {log}\n')
+    control.chmod(control.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipe"))
+    monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", str(tmp_path / "log"))
+    return log
+
+
+def test_prepare_starts_the_daemon_and_quits_it_at_exit(tmp_path, monkeypatch, capsys):
+    log = stand_in(tmp_path, monkeypatch)
+    at_exit = []
+    monkeypatch.setattr(mps.atexit, "register", lambda fn, *args: at_exit.append((fn, args)))
+    decision = prepare_shared_gpu("auto", shared_gpu=True, local_cluster=True)
+    assert decision.action == "start"
+    assert log.read_text().splitlines() == ["args:-d"]  # started, nothing told to it yet
+    assert "reasonrl: MPS: starting nvidia-cuda-mps-control" in capsys.readouterr().out
+    assert [fn for fn, _ in at_exit] == [mps.quit_daemon]
+    fn, args = at_exit[0]
+    fn(*args)  # what the process does at exit
+    assert mps.QUITTERS[-1].wait(timeout=30) == 0
+    assert log.read_text().splitlines() == ["args:-d", "args:", "quit"]
+
+
+def test_prepare_uses_a_running_daemon_and_refuses_required_without_one(tmp_path, monkeypatch, capsys):
+    log = stand_in(tmp_path, monkeypatch)
+    (tmp_path / "pipe").mkdir()
+    (tmp_path / "pipe" / "control").touch()  # a daemon runs
+    assert prepare_shared_gpu("required", shared_gpu=True, local_cluster=True).action == "use"
+    assert not log.exists()  # nothing started, nothing to quit
+    assert "a daemon runs already" in capsys.readouterr().out
+    (tmp_path / "pipe" / "control").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="async_rollout.mps=required: no MPS daemon runs .*not on PATH"):
+        prepare_shared_gpu("required", shared_gpu=True, local_cluster=True)
