@@ -43,9 +43,17 @@ def pipe_directory(env: Mapping[str, str]) -> str:
     return env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIRECTORY
 
 
-def daemon_running(env: Mapping[str, str]) -> bool:
-    """Whether a control daemon listens on this environment's pipe directory (it keeps its ``control`` pipe there)."""
-    return os.path.exists(os.path.join(pipe_directory(env), "control"))
+def daemon_running(control: Optional[str]) -> bool:
+    """Whether a control daemon answers on this environment's pipe directory (``get_server_list``: exit status 0;
+    without one the control binary says "Cannot find MPS control daemon process" and exits 1). No binary: no daemon
+    this process could use."""
+    if control is None:
+        return False
+    try:
+        asked = subprocess.run([control], input="get_server_list\n", text=True, capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return asked.returncode == 0
 
 
 def decide(mode: str, shared_gpu: bool, local_cluster: bool, control: Optional[str], running: bool) -> Decision:
@@ -100,7 +108,7 @@ def prepare_shared_gpu(mode: str, shared_gpu: bool, local_cluster: bool) -> Deci
     from reasonrl.config import ConfigError
 
     control = control_binary()
-    decision = decide(mode, shared_gpu, local_cluster, control, daemon_running(os.environ))
+    decision = decide(mode, shared_gpu, local_cluster, control, shared_gpu and daemon_running(control))
     if decision.error:
         raise ConfigError(decision.error)
     if decision.note:

@@ -38,18 +38,24 @@ def test_decide_case_by_case():
     assert "trainer.ray_address" in remote.error  # a cluster's machines start their own daemons
 
 
-def test_a_daemon_is_seen_by_its_control_pipe(tmp_path):
-    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
-    assert not daemon_running(env)
-    (tmp_path / "control").touch()
-    assert daemon_running(env)
+def test_a_daemon_is_seen_when_it_answers(tmp_path, monkeypatch):
+    log = stand_in(tmp_path, monkeypatch)
+    control = str(tmp_path / "nvidia-cuda-mps-control")
+    assert not daemon_running(control)  # the stand-in exits 1 while no daemon is marked up
+    (tmp_path / "up").touch()
+    assert daemon_running(control)
+    assert log.read_text().splitlines() == ["args:", "get_server_list", "args:", "get_server_list"]
+    assert not daemon_running(None)  # no binary: no daemon to use
     assert mps.pipe_directory({}) == "/tmp/nvidia-mps"  # NVIDIA's default
 
 
 def stand_in(tmp_path, monkeypatch):
     log = tmp_path / "calls.log"
     control = tmp_path / "nvidia-cuda-mps-control"
-    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\ncat >> {log}\n')
+    # records its arguments and stdin; a query (no -d) answers 0 only while tmp_path/up marks a daemon up
+    control.write_text(f'#!/bin/sh\necho "args:$*" >> {log}\ncat >> {log}\n'
+                       f'[ "$1" = "-d" ] && exit 0\n[ -f {tmp_path}/up ] && exit 0\n'
+                       f'grep -q quit {log} && exit 0\nexit 1\n')
     control.chmod(control.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipe"))
@@ -63,23 +69,21 @@ def test_prepare_starts_the_daemon_and_quits_it_at_exit(tmp_path, monkeypatch, c
     monkeypatch.setattr(mps.atexit, "register", lambda fn, *args: at_exit.append((fn, args)))
     decision = prepare_shared_gpu("auto", shared_gpu=True, local_cluster=True)
     assert decision.action == "start"
-    assert log.read_text().splitlines() == ["args:-d"]  # started, nothing told to it yet
+    assert log.read_text().splitlines() == ["args:", "get_server_list", "args:-d"]  # none answered: started
     assert "reasonrl: MPS: starting nvidia-cuda-mps-control" in capsys.readouterr().out
     assert [fn for fn, _ in at_exit] == [mps.quit_daemon]
     fn, args = at_exit[0]
     fn(*args)  # what the process does at exit
     assert mps.QUITTERS[-1].wait(timeout=30) == 0
-    assert log.read_text().splitlines() == ["args:-d", "args:", "quit"]
+    assert log.read_text().splitlines() == ["args:", "get_server_list", "args:-d", "args:", "quit"]
 
 
 def test_prepare_uses_a_running_daemon_and_refuses_required_without_one(tmp_path, monkeypatch, capsys):
     log = stand_in(tmp_path, monkeypatch)
-    (tmp_path / "pipe").mkdir()
-    (tmp_path / "pipe" / "control").touch()  # a daemon runs
+    (tmp_path / "up").touch()  # a daemon runs
     assert prepare_shared_gpu("required", shared_gpu=True, local_cluster=True).action == "use"
-    assert not log.exists()  # nothing started, nothing to quit
+    assert log.read_text().splitlines() == ["args:", "get_server_list"]  # asked; nothing started, nothing to quit
     assert "a daemon runs already" in capsys.readouterr().out
-    (tmp_path / "pipe" / "control").unlink()
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="async_rollout.mps=required: no MPS daemon runs .*not on PATH"):
         prepare_shared_gpu("required", shared_gpu=True, local_cluster=True)
