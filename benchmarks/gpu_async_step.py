@@ -113,7 +113,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     cfg, _ = load_config(overrides, cuda_available=on_gpu)
     plan = fixed_length_plan(cfg)
     entry["plan"] = {"mode": plan.mode, "world_size": plan.world_size, "rollout_workers": plan.rollout_workers,
-                     "share_devices": plan.share_devices, "steps_ahead": plan.steps_ahead}
+                     "share_devices": plan.share_devices, "steps_ahead": plan.steps_ahead,
+                     "mps": cfg.async_rollout.mps}  # the run's own MPS choice (the JSON's placement: --mps's)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, plan, RayBackend(actor_worker=BenchWorker, rollout_worker=BenchRolloutWorker))
     try:
