@@ -26,9 +26,11 @@ response) and its response tokens, each per wall second; the phases' ``timing_s/
 quartiles and max of the rates, the lag histogram of the timed steps, and the async/colocated ratio of the median
 trained tokens per second. On a GPU, each step also records the actor's memory after it (``actor_memory``: peak,
 reserved, the device's used memory, and the caching allocator's ``alloc_retries``, whose growth over the timed steps
-is the summary's ``actor_alloc_retries``: memory pressure, if any). The JSON goes to ``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out``
-elsewhere; a CPU run writes ``/tmp/gpu_async_step_dry_run.json`` unless told), after every step. ``--mps``: both modes
-under NVIDIA's MPS daemon (``reasonrl/bench/mps.py``; the JSON's ``placement``), against the default time-slicing.
+is the summary's ``actor_alloc_retries``: memory pressure, if any). The JSON goes to
+``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out`` elsewhere; a CPU run writes
+``/tmp/gpu_async_step_dry_run.json`` unless told), after every step. ``--mps``: both modes under NVIDIA's MPS daemon
+(``reasonrl/bench/mps.py``; the JSON's ``placement``), against the default time-slicing. The runs' own
+``async_rollout.mps`` is ``disabled`` unless ``--async-set`` says otherwise (each mode's ``plan.mps``).
 """
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MPS_MODES = ("auto", "required", "disabled")
+"""``async_rollout.mps``'s values (not on/off: YAML reads those as booleans)."""
+
 
 @dataclass
 class AsyncRolloutConfig:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+from .async_schema import MPS_MODES
+
 Problem = Tuple[str, str]
 """(the key to change, why)."""
 
@@ -105,8 +107,8 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
 
 def mps_problems(a) -> List[Problem]:
     """``async_rollout.mps``: one of its three values; ``required`` only where a GPU is shared."""
-    if a.mps not in ("auto", "required", "disabled"):
-        return [("async_rollout.mps", f"unknown {a.mps!r}; choose one of auto, required, disabled")]
+    if a.mps not in MPS_MODES:
+        return [("async_rollout.mps", f"unknown {a.mps!r}; choose one of {', '.join(MPS_MODES)}")]
     if a.mps == "required" and not a.share_devices:
         return [("async_rollout.mps", "required is only read with async_rollout.share_devices=true (a GPU the actor "
                                       "shares with its replica)")]

@@ -24,7 +24,6 @@ from typing import List, Mapping, Optional
 
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # NVIDIA's, when CUDA_MPS_PIPE_DIRECTORY is not set
-MODES = ("auto", "required", "disabled")
 QUITTERS: List[subprocess.Popen] = []
 """The ``quit`` senders started (the tests wait for them)."""
 
@@ -32,7 +31,8 @@ QUITTERS: List[subprocess.Popen] = []
 @dataclass(frozen=True)
 class Decision:
     """What a run does about MPS: ``action`` is ``start`` (start the daemon), ``use`` (one runs already) or
-    ``none``; ``note`` is the line the run prints (empty: nothing to say); ``error`` refuses the run (``mps=required``)."""
+    ``none``; ``note`` is the line the run prints (empty: nothing to say); ``error`` refuses the run
+    (``mps=required``)."""
 
     action: str
     note: str = ""
