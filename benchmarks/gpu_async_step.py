@@ -145,9 +145,25 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
             write(args.out, result)
         if plan.is_async and on_gpu:
             entry["replica_memory"] = trainer.rollouts.bench_memory()
+        if on_gpu:  # every process's memory on the GPU now, this driver's among them (the plan does not count it)
+            entry["gpu_processes"] = gpu_processes()
+            entry["driver"] = {"pid": os.getpid(), "cuda_initialized": torch.cuda.is_initialized()}
     finally:
         trainer.close()
         ray.shutdown()  # each mode starts its own Ray, sized by its plan
+
+
+def gpu_processes() -> List[Dict[str, Any]]:
+    """``nvidia-smi``'s compute processes: pid and MiB used (empty when it cannot say)."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [line.split(",") for line in listed.splitlines() if line.count(",") == 1]
+    return [{"pid": int(pid), "used_mib": float(mib)} for pid, mib in rows if pid.strip().isdigit()]
 
 
 def parse_args(argv=None):
