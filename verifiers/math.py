@@ -187,6 +187,10 @@ def _same_choice(a: str, b: str) -> bool:
     return False
 
 
+MARKED_METHODS = ("boxed", "answer_phrase", "gsm8k")
+"""``extract_answer``'s methods that find an answer the response marks (``final_line`` and ``none`` do not)."""
+
+
 @register_verifier("math")
 class MathVerifier(Verifier):
     """Scores 1.0 when the response's final answer equals the gold answer (see the module docstring).
@@ -196,15 +200,21 @@ class MathVerifier(Verifier):
         numeric_rel_tol: relative tolerance of the fast numeric path (default 1e-9: exact for GSM8K).
         fallback_last_number: when the response marks no answer, compare the number its final statement
             states with a numeric gold (GSM8K "flexible" scoring, ``math_fallback``; default True).
+        require_marked_answer: credit only an answer the response marks (a box, a "the answer is" or "final
+            answer" phrase, a ``####`` line): without one it scores 0, whatever its final line or last number
+            says (default False). ``fallback_last_number=false`` alone is not this: the final line is still read.
         time_budget_s: wall-clock seconds the comparisons past the fast numeric path (arithmetic, sets, sympy)
             may take before the response scores 0 as ``too_complex`` (default 5.0, under the VerifierPool's
             10 s; 0 or None: no limit).
     """
 
     def __init__(self, float_rounding: int = 6, numeric_rel_tol: float = 1e-9,
-                 fallback_last_number: bool = True, time_budget_s: Optional[float] = 5.0, **options: Any) -> None:
+                 fallback_last_number: bool = True, time_budget_s: Optional[float] = 5.0,
+                 require_marked_answer: bool = False, **options: Any) -> None:
         super().__init__(float_rounding=float_rounding, numeric_rel_tol=numeric_rel_tol,
-                         fallback_last_number=fallback_last_number, time_budget_s=time_budget_s, **options)
+                         fallback_last_number=fallback_last_number, time_budget_s=time_budget_s,
+                         require_marked_answer=require_marked_answer, **options)
+        self.require_marked_answer = bool(require_marked_answer)
         self.float_rounding = int(float_rounding)
         self.numeric_rel_tol = float(numeric_rel_tol)
         self.fallback_last_number = bool(fallback_last_number)
@@ -224,6 +234,9 @@ class MathVerifier(Verifier):
         if method == "unclosed_box":  # cut off inside its final answer: nothing to credit, not even a last number
             return VerifyResult.incorrect("the final \\boxed{ never closes (a truncated response)", extracted=None,
                                           method=method)
+        if self.require_marked_answer and method not in MARKED_METHODS:
+            return VerifyResult.incorrect("no marked answer (require_marked_answer: a box, an answer phrase or ####)",
+                                          extracted=_preview(answer) if answer else None, method=method)
         try:
             if answer is None:
                 return self._verify_unmarked(response, gold)

@@ -149,6 +149,23 @@ def test_options(verifier):
     assert get_verifier("math", float_rounding=2).float_rounding == 2
 
 
+def test_require_marked_answer_credits_only_a_marked_one(verifier):
+    strict = get_verifier("math", require_marked_answer=True)
+    # the search task's case: the right year stated on the final line, no mark. Read by default (and still read, as
+    # the final line, with fallback_last_number=false); scored 0 when a mark is required
+    ramble = "The search says the city was founded in 1204.\n1204"
+    assert verifier.verify(ramble, "1204").correct
+    assert get_verifier("math", fallback_last_number=False).verify(ramble, "1204").correct
+    unmarked = strict.verify(ramble, "1204")
+    assert (unmarked.score, unmarked.info["method"]) == (0.0, "final_line")
+    assert unmarked.info["reason"].startswith("no marked answer")
+    assert strict.verify("we get 12 apples and no conclusion", "12").score == 0.0  # the last number: not read
+    # marked answers are read as before: a box, an answer phrase, a #### line; a wrong marked one is still wrong
+    for marked in ("so \\boxed{1204}", "The answer is 1204.", "#### 1204"):
+        assert strict.verify(marked, "1204").correct, marked
+    assert not strict.verify("\\boxed{1205}", "1204").correct
+
+
 # -- fidelity on the real answer files -------------------------------------------------------------
 def test_every_math500_solution_verifies_against_its_own_answer(verifier, data_dir):
     rows = [json.loads(line) for line in open(data_dir / "math500_test.jsonl")]
