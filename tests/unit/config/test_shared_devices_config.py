@@ -64,8 +64,10 @@ def test_the_layout_puts_the_replicas_on_the_actors_pool():
      "conflicts with async_rollout.share_devices=true"),
     ([*SHARED, "async_rollout.engine_memory_fraction=1"], "async_rollout.engine_memory_fraction",
      "out of range; allowed: (0, 1)"),
-    ([*SHARED, "async_rollout.mps=always"], "async_rollout.mps", "unknown 'always'; choose one of auto, required, disabled"),
-    (["async_rollout.mps=required"], "async_rollout.mps", "required is only read with async_rollout.share_devices=true"),
+    ([*SHARED, "async_rollout.mps=always"], "async_rollout.mps",
+     "unknown 'always'; choose one of auto, required, disabled"),
+    (["async_rollout.mps=required"], "async_rollout.mps",
+     "required is only read with async_rollout.share_devices=true"),
 ])
 def test_unsupported_shared_layouts_are_refused_naming_the_keys(args, key, words):
     with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{re.escape(words)}"):
