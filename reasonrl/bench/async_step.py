@@ -7,11 +7,12 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
 * ``step_record`` turns one ``Trainer.train_step``'s metrics and its wall seconds into the benchmark's record: the
   tokens of the batch it trained (prompt + response: ``perf/tokens_per_s`` x ``timing_s/step``), its response tokens
   (``perf/rollout_tokens_per_s`` x ``timing_s/rollout``), both per wall second, the phases' seconds, and the
-  version-lag counters (``admission/lag_tokens/<k>``, ``admission/lag_groups/<k>``, when the run has them) and
-  ``async/staleness``.
+  version-lag counters (``admission/lag_tokens/<k>``, ``admission/lag_groups/<k>``, when the run has them),
+  ``async/staleness`` and the seconds of the publish the step reports (``weight_sync/<part>_s``: with continuous
+  generation the previous publish's, which ran beside this step).
 * ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
   of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
-  staleness of each step counted; with the actor's memory per step (on a GPU), ``actor_alloc_retries``: the caching
+  staleness of each step counted, the publish's seconds per part; with the actor's memory per step (on a GPU), ``actor_alloc_retries``: the caching
   allocator's retries during the timed steps (cumulative too: last timed step minus the last warm-up step).
 """
 from __future__ import annotations
@@ -66,6 +67,10 @@ def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:
     }
     if "async/staleness" in metrics:
         record["staleness"] = float(metrics["async/staleness"])
+    publish = {k[len("weight_sync/"):-2]: float(v) for k, v in metrics.items()
+               if k.startswith("weight_sync/") and k.endswith("_s")}
+    if publish:
+        record["publish_s"] = publish
     return record
 
 
@@ -95,6 +100,10 @@ def summarize(timed: List[Dict[str, Any]], before: Optional[Dict[str, Any]] = No
     if timed[-1].get("actor_memory"):
         base = (before or {}).get("actor_memory") or {}
         out["actor_alloc_retries"] = timed[-1]["actor_memory"]["alloc_retries"] - base.get("alloc_retries", 0.0)
+    parts = sorted({k for r in timed for k in r.get("publish_s", {})})
+    if parts:
+        out["publish_s"] = {k: spread([r["publish_s"][k] for r in timed if k in r.get("publish_s", {})])
+                            for k in parts}
     staleness = [r["staleness"] for r in timed if "staleness" in r]
     if staleness:
         out["staleness_steps"] = {str(int(k)): n for k, n in sorted(Counter(staleness).items())}

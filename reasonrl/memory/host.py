@@ -14,7 +14,10 @@ README.md, ninth session). The terms, per rank on the host, bytes:
 - a sleeping vLLM engine at level 1 (``rollout.sleep_level``; auto picks 1 only for an adapter-only LoRA sync): its
   weights (P dt/T) copied into pinned memory that torch's pinned allocator takes one power-of-two block per tensor for
   (pytorch/pytorch#150517): the plan rounds each of vLLM's fused tensors (qkv, gate_up, o, down, the embedding and an
-  untied head, split over T ranks) up to a power of two. Level 2 keeps nothing on the host.
+  untied head, split over T ranks) up to a power of two. Level 2 keeps nothing on the host;
+- with a fleet (``fleet.enabled``), actor rank 0's host copy of the weights it publishes, in one exact-size pinned
+  buffer kept between publishes (``reasonrl.workers.published_weights``): P dt (adapter-only LoRA: its fp32
+  adapters, 4 Pa), once, not per rank.
 
 Not counted: each process's own memory (Python, the libraries, the CUDA driver's host side) and Ray's object store;
 the check leaves them the rest of the threshold.
@@ -110,7 +113,11 @@ def plan_host_memory(cfg: Any, model_config: Mapping[str, Any], host_bytes: floa
     if colocated and engine_sleep_level(cfg) == 1:
         t["sleeping engine weights (level 1, pinned, power-of-two blocks)"] = \
             sleeping_engine_bytes(shape, dt, cfg.rollout.tensor_parallel_size)
-    return HostPlan({k: v * ranks for k, v in t.items()}, float(host_bytes), ranks, threshold)
+    terms = {k: v * ranks for k, v in t.items()}
+    if cfg.fleet.enabled:
+        adapter_only = tr.lora and not a.lora.merge_for_rollout
+        terms["published weights (actor rank 0, pinned arena)"] = 4 * tr.Pa if adapter_only else tr.P * dt
+    return HostPlan(terms, float(host_bytes), ranks, threshold)
 
 
 def ray_kill_threshold() -> float:

@@ -12,6 +12,10 @@ the invariants the code keeps:
   generation it runs (a call issued later generates with ``v``) or, with ``rollout.partial``, its
   ``stage_published`` has returned (the generation in flight loads ``v`` at its next segment), so a group admitted
   at ``v`` is generated with weights of ``v`` or newer.
+* ``publish(v)`` sends the gather from the trainer's thread, so the actor runs it before the next step's calls and
+  reads the weights just trained; a publisher thread waits for it and does the rest, so the gather overlaps the wait
+  for the next batch instead of adding to it. Whatever reads the replicas' weights (validation, the weight-sync
+  check, a checkpoint, the next publish) waits for the publish in flight first (``_published``).
 * Batch ``j``'s journal (``fleet/round_<j>.jsonl``) opens when it is drawn; a lost replica's groups are revoked in it
   and issued again once elsewhere. ``save`` keeps the batches drawn and not yet trained (``PENDING_BATCHES``).
 """
@@ -69,6 +73,8 @@ class ContinuousSource:
         self.error: Optional[BaseException] = None
         self.closing = False
         self.thread: Optional[threading.Thread] = None
+        self.publishing: Optional[threading.Thread] = None  # the publisher thread of the publish in flight
+        self.publish_stats: Dict[str, float] = {}  # the last finished publish's ``weight_sync/*`` metrics
 
     # ------------------------------------------------------------------ the loop's members
     def start(self, step: int) -> None:
@@ -82,6 +88,7 @@ class ContinuousSource:
             self.restored = {}
         if step > 0:
             self.publish(step, PhaseTimer())
+            self._published()  # the replicas hold the resumed weights before the dispatcher sends them work
         else:
             with self.cv:
                 self._top_up()
@@ -116,21 +123,49 @@ class ContinuousSource:
         return self.stats
 
     def generate_verified(self, prompts: Sequence[Any], sampling: Dict[str, Any]) -> List[Sample]:
-        """On the replicas (validation; no ledger), beside the generation in flight."""
+        """On the replicas (validation; no ledger), beside the generation in flight, once they hold the weights
+        published last."""
+        self._published()
         return generate_verified(self.fleet.rollouts, prompts, sampling, self.pool, self.reward_cfg)
 
     def release_devices(self, timer: PhaseTimer) -> None:
         """The replicas keep generating while the actor trains."""
 
     def publish(self, version: Optional[int], timer: PhaseTimer) -> Dict[str, float]:
-        """The weights of ``version`` to every replica (see the module docstring), then to admission, which may
-        start the next batches' groups; the batch just trained marked ``trained`` in its journal."""
+        """The weights of ``version`` on their way (the module docstring): the gather is sent to the actor here, so
+        it runs before the next step's calls; the publisher thread waits for it, then sends the weights to every
+        replica and tells admission, while the trainer goes on to its next batch. The batch just trained is marked
+        ``trained`` in its journal. Returns the metrics of the last publish that finished (``weight_sync/*``)."""
         if version is None:
             return {}
         with timer("weight_sync"):
-            with self.cv:  # held from the gather on: a replica respawned meanwhile must not hold v before admission
+            self._published()
+            refs = self.fleet.start_gather()
+            self.publishing = threading.Thread(target=self._publish, args=(version, refs, time.monotonic()),
+                                               name="fleet-publish", daemon=True)
+            self.publishing.start()
+        mark_trained(self.trainable)
+        self.trainable = None
+        return dict(self.publish_stats)
+
+    def _published(self) -> None:
+        """The publish in flight, if any, finished; its failure, or the dispatcher's, raised here."""
+        if self.publishing is not None:
+            self.publishing.join()
+            self.publishing = None
+        with self.cv:
+            self._raise_error()
+
+    def _publish(self, version: int, refs: List[Any], started: float) -> None:
+        """The publisher thread: the gather waited for, then under the lock (a replica respawned meanwhile must not
+        hold ``version`` before admission) the weights to every replica and to admission, which may start the next
+        batches' groups."""
+        try:
+            got = self.fleet.wait_gather(version, refs)
+            gathered = time.monotonic()
+            with self.cv:
                 self._raise_error()
-                sent = self.fleet.put_weights(version)
+                self.fleet.hold(version, got)
                 ref = self.fleet.weights
                 staged = {}
                 for name in self.fleet.names():
@@ -149,10 +184,17 @@ class ContinuousSource:
                                                         f"{first_line(exc)}")
                 self.admission.publish(version)
                 self._top_up()
+                self.publish_stats = {"weight_sync/bytes": float(got["bytes"]),
+                                      "weight_sync/gather_s": gathered - started,
+                                      "weight_sync/copy_s": float(got.get("copy_s", 0.0)),
+                                      "weight_sync/put_s": float(got.get("put_s", 0.0)),
+                                      "weight_sync/publish_s": time.monotonic() - started}
                 self.cv.notify_all()
-        mark_trained(self.trainable)
-        self.trainable = None
-        return {"weight_sync/bytes": float(sent)}
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
+            with self.cv:
+                if self.error is None:
+                    self.error = exc
+                self.cv.notify_all()
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). The
@@ -162,10 +204,13 @@ class ContinuousSource:
             with self.cv:
                 self._lose_replica(name, actor, cause)
 
+        self._published()
         return self.fleet.check_weights(prompt_ids, response_ids, 2 * self.fleet.watchdog_s, lose)
 
     def save(self, directory: str) -> None:
-        """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters."""
+        """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters (after the
+        publish in flight)."""
+        self._published()
         with self.cv:
             pending = {j: self.drawn[j] for j in sorted(self.drawn)}
             with open(f"{directory}/{PENDING_BATCHES}", "wb") as f:
@@ -181,6 +226,8 @@ class ContinuousSource:
             self.restored = {}  # a checkpoint of a run that was not continuous: its batches are drawn again
 
     def close(self) -> None:
+        if self.publishing is not None:  # bounded by the gather's watchdog and the staging timeout
+            self.publishing.join()
         with self.cv:
             self.closing = True
             self.cv.notify_all()

@@ -91,10 +91,23 @@ class Replicas:
     def put_weights(self, version: int) -> int:
         """Actor rank 0 puts its weights of ``version`` into Ray's object store once (``self.weights``: the ref the
         replicas load; ``reasonrl.workers.published_weights``: they never pass through this process); their bytes."""
-        got = wait_watched("gather_weights", [(self.workers, self.workers.submit("gather_weights"))],
-                           f"gathering the weights of version {version}")[0]
-        self.weights, self.version = got["ref"][0], version
+        got = self.wait_gather(version, self.start_gather())
+        self.hold(version, got)
         return int(got["bytes"])
+
+    def start_gather(self) -> List[Any]:
+        """``gather_weights`` sent to every actor rank, not waited for: it runs before any call sent to the actor
+        after it (a Ray actor runs its calls in the order they were sent), so it reads the weights just trained."""
+        return self.workers.submit("gather_weights")
+
+    def wait_gather(self, version: int, refs: List[Any]) -> Dict[str, Any]:
+        """Rank 0's answer to the gather ``refs`` of ``version`` (``ref``, ``bytes``, ``copy_s``, ``put_s``), under the
+        group's watchdog."""
+        return wait_watched("gather_weights", [(self.workers, refs)], f"gathering the weights of version {version}")[0]
+
+    def hold(self, version: int, got: Dict[str, Any]) -> None:
+        """The gathered weights of ``version`` become the ones a respawned replica loads."""
+        self.weights, self.version = got["ref"][0], version
 
     def wait_left(self) -> float:
         """Seconds until the earliest busy replica would count as hung."""

@@ -39,7 +39,8 @@ from .distributed import start_rank
 from .engine_host import EngineHost, make_engine
 from .lora_sync import LoraSync
 from .policy import Policy, load_sharded_lm, reference_param_dtype
-from .published_weights import put
+from .host_memory import HostArena
+from .published_weights import put, staged_bytes
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class ActorRolloutRefWorker:
             self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=self.plan.tools,
                                    start_seconds=time.perf_counter() - started)
         self.transfer_store = self.transfer_group = None  # async: actor rank 0's end of the weight transfer
+        self.published_arena = HostArena("published weights")  # fleet: rank 0's host copy, reused every publish
 
     def _policies(self) -> List[Policy]:
         """The actor's policy, then the reference's when there is one."""
@@ -242,13 +244,16 @@ class ActorRolloutRefWorker:
         """The full parameters put into Ray's object store by rank 0 (``reasonrl.workers.published_weights``), for a
         fleet's replicas (``fleet.enabled``: a replaced replica takes them too, so no collective group holds the
         replicas). Every rank gathers (an FSDP collective); rank 0 returns ``published_weights.put``'s
-        ``{"ref": [ObjectRef], "bytes": n}``, the others ``{}``."""
+        ``{"ref": [ObjectRef], "bytes": n, "copy_s": s, "put_s": s}``, the others ``{}``. Rank 0 copies to the host
+        into ``published_arena`` (sized from the specs, page-locked on a GPU, kept for the next publish)."""
         params = self.lora.sync_tensors(self.policy.model, self.device, self.compute_dtype)
         if self.rank != 0:
             for _ in params:
                 pass
             return {}
-        return put(params)
+        specs = self.lora.specs(self.policy.model, self.compute_dtype)
+        self.published_arena.begin(staged_bytes([(s.shape, getattr(torch, s.dtype)) for s in specs]))
+        return put(params, self.published_arena)
 
     # ------------------------------------------------------------------ checkpoints
     @dispatch(ONE_TO_ALL)

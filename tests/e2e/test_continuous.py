@@ -92,6 +92,13 @@ def test_the_weight_sync_check_passes_each_replica_while_generating_continuously
             assert r[f"fleet/weight_sync/{n}/version"] == r["step"]
             assert r[f"fleet/weight_sync/{n}/mean_abs_diff"] < 1e-4
     assert rows[-1]["fleet/weight_sync/replicas_checked"] == 2
+    # the trainer does not wait for the gather: each publish's figures come with the next step (none at the first)
+    assert not any(k.startswith("weight_sync/") and k.endswith("_s") for k in rows[0])
+    for r in rows[1:]:
+        assert r["weight_sync/bytes"] > 0
+        # the actor's copy and put happen between the gather's sending and its answer, which precede admission
+        assert r["weight_sync/copy_s"] + r["weight_sync/put_s"] <= r["weight_sync/gather_s"] \
+            <= r["weight_sync/publish_s"]
 
 
 @pytest.mark.slow

@@ -53,6 +53,18 @@ def test_summary_median_spread_and_the_lag_counters_growth():
         rec["actor_memory"] = {"alloc_retries": retries}
     assert summarize(timed, warm)["actor_alloc_retries"] == 5.0  # 12 - 7
     assert summarize(timed, None)["actor_alloc_retries"] == 12.0
+    assert "publish_s" not in summarize(timed, warm)  # colocated: no publish seconds reported
+
+
+def test_the_publish_seconds_a_step_reports_are_kept_per_part():
+    timed = []
+    for gather in (1.0, 3.0, 2.0):
+        m = metrics(1.0, 100.0, 0.0, 0.0)
+        m.update({"weight_sync/gather_s": gather, "weight_sync/put_s": gather / 2, "weight_sync/bytes": 8.0})
+        timed.append(step_record(m, 1.0))
+    assert timed[0]["publish_s"] == {"gather": 1.0, "put": 0.5}  # bytes is not seconds
+    s = summarize(timed)
+    assert s["publish_s"]["gather"]["median"] == 2.0 and s["publish_s"]["put"]["max"] == 1.5
 
 
 @pytest.mark.slow  # Ray, the actor and a replica on the CPU: about 35 s on the shared 2-core machine

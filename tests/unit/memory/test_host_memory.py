@@ -135,6 +135,21 @@ def test_an_adapter_only_lora_sync_sleeps_at_level_1_and_plans_the_engines_host_
     assert merged.terms == {}  # every sync resends the merged weights: level 2
 
 
+def test_a_fleet_plans_actor_rank_0s_copy_of_the_published_weights_once():
+    from reasonrl.memory.host import plan_host_memory
+
+    fleet = ("model.dtype=bfloat16", "rollout.engine=vllm", "trainer.mode=async", "fleet.enabled=true")
+    term = "published weights (actor rank 0, pinned arena)"
+    plan = plan_host_memory(_gpu_config(*fleet), QWEN_7B, NODE, world_size=2)
+    assert plan.terms == {term: 2 * P_7B}  # bf16: 2 bytes a parameter, rank 0 only though two ranks share the host
+    from reasonrl.memory.shape import ModelShape
+
+    cfg = _gpu_config(*fleet, "actor.lora.rank=16")
+    pa = ModelShape.from_config_json(QWEN_7B).lora_parameters(16, cfg.actor.lora.target_modules)
+    assert 0 < pa < P_7B / 100
+    assert plan_host_memory(cfg, QWEN_7B, NODE).terms[term] == 4 * pa  # the adapters alone travel, in fp32
+
+
 def test_doctor_plan_refuses_a_layout_that_fits_the_gpu_but_not_the_host(tmp_path, capsys):
     import json
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reasonrl.workers.published_weights import pack, put, unpack
+from reasonrl.workers.host_memory import HostArena
+from reasonrl.workers.published_weights import pack, put, staged_bytes, unpack
 
 
 def _named():
@@ -36,6 +37,37 @@ def test_the_packed_bytes_are_copies_and_unpacked_tensors_views_of_them():
     assert first.data_ptr() == published.data[0].ctypes.data  # a view, not a copy
 
 
+def test_the_arena_is_sized_by_hand_and_holds_every_copy_reused_by_the_next_publish():
+    named = _named()
+    need = staged_bytes([(t.shape, t.dtype) for _, t in named])
+    assert need == 512 + 512 + 512 + 0  # 12, 48 and 4 bytes each take one 512-byte aligned slot; the empty none
+    arena = HostArena("test")
+    arena.begin(need)
+    first = pack(named, arena)
+    base = arena._buffer.data_ptr()
+    starts = [a.ctypes.data - base for a in first.data if a.size]
+    assert starts == [0, 512, 1024] and arena.misses == 0
+    back = unpack(first)
+    for (_, want), (_, got) in zip(named, back):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    named[0][1].fill_(9.0)  # trained on; the next publish writes the same memory
+    arena.begin(need)
+    second = pack(named, arena)
+    assert [a.ctypes.data - base for a in second.data if a.size] == starts
+    assert unpack(second)[0][1].unique().tolist() == [9.0]
+
+
+def test_a_tensor_the_arena_cannot_hold_gets_a_copy_of_its_own():
+    named = _named()
+    arena = HostArena("test")
+    arena.begin(512)  # room for the first tensor only
+    published = pack(named, arena)
+    assert arena.misses == 2  # b.weight and scale; the empty tensor needs no room
+    base = arena._buffer.data_ptr()
+    assert published.data[0].ctypes.data == base and not base <= published.data[1].ctypes.data < base + 512
+    assert all(torch.equal(got, want) for (_, got), (_, want) in zip(unpack(published), named))
+
+
 @pytest.mark.slow
 def test_through_the_object_store_the_replica_reads_without_a_copy(ray_session):
     import ray
@@ -48,3 +80,14 @@ def test_through_the_object_store_the_replica_reads_without_a_copy(ray_session):
     # out of band: each array maps the store's shared memory, read-only, instead of an unpickled private copy
     assert all(not a.flags.writeable for a in got.data if a.size)
     assert torch.equal(unpack(got)[0][1], _named()[0][1])
+    # through an arena: the store keeps its copy when the next publish writes the arena again
+    named = _named()
+    arena = HostArena("test")
+    arena.begin(staged_bytes([(t.shape, t.dtype) for _, t in named]))
+    sent = put(named, arena)
+    assert sent["bytes"] == 64 and sent["copy_s"] >= 0 and sent["put_s"] >= 0
+    named[0][1].fill_(9.0)
+    arena.begin(arena.capacity)
+    assert unpack(pack(named, arena))[0][1][0, 0].item() == 9.0  # the arena now holds the trained value
+    assert unpack(ray.get(sent["ref"][0]))[0][1][0, 0].item() == 1.5
+
