@@ -6,8 +6,11 @@ build the same model from the same seed, so their figures compare.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -91,29 +94,43 @@ def trainer_model_dir(shape: str, base: Path, seed: int = 0) -> Path:
     return target
 
 
-def write_random_model(shape: str, directory: Path, seed: int = 0) -> Path:
+def write_random_model(shape: str, directory: Path, seed: int = 0, in_child: Optional[bool] = None) -> Path:
     """Save a random-init bf16 Qwen2 model of ``shape`` with ``build_tokenizer``'s word-level tokenizer (no Hub) as a
-    HF directory; kept if already there. The trainer reads ``trainer_model_dir`` instead."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    HF directory; kept if already there. The trainer reads ``trainer_model_dir`` instead.
 
+    On a GPU the random init runs there (1.5B is slow on a CPU), in a child process (``in_child``; default: when
+    CUDA is available): a CUDA context lives until its process ends, and the benchmark's driver keeping one held
+    0.61 GiB of the GPU beside the workers for the whole run (the twenty-second session's out-of-memory run)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown model shape {shape!r}; known: {', '.join(sorted(SHAPES))}")
     directory = Path(directory)
     if (directory / "config.json").exists() and (directory / "tokenizer.json").exists():
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
+    if in_child is None:
+        in_child = torch.cuda.is_available()
+    if not in_child:
+        _write_random_model(shape, str(directory), seed)
+        return directory
+    code = "import sys; from reasonrl.bench.shapes import _write_random_model as w; w(sys.argv[1], sys.argv[2], " \
+           "int(sys.argv[3]))"
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    subprocess.run([sys.executable, "-c", code, shape, str(directory), str(seed)], check=True, env=env)
+    return directory
+
+
+def _write_random_model(shape: str, directory: str, seed: int) -> None:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
     vocab = int(SHAPES[shape]["vocab_size"])
     config = Qwen2Config(**SHAPES[shape], hidden_act="silu", initializer_range=0.02, use_sliding_window=False,
                          bos_token_id=None, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
     torch.manual_seed(seed)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init of 1.5B is slow on a CPU
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(directory, safe_serialization=True)
     build_tokenizer(vocab).save_pretrained(directory)
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # the workers need the GPU this process used for the init
-    return directory
 
 
 def tiny_policy(directory, tokenizer_path: str) -> str:
