@@ -65,7 +65,7 @@ ASYNC_DEFAULTS = ["trainer.mode=async", "fleet.enabled=true", "async_rollout.sha
 MODES = ("colocated", "async")
 
 
-def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool) -> List[str]:
+def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool, warmup: int) -> List[str]:
     """Both modes' config: the workload (the same for both), then ``--set``."""
     return [
         f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
@@ -79,7 +79,7 @@ def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on
         "algorithm.use_kl_loss=false", "trainer.profile=none", "trainer.resume=never",
         f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1", "trainer.num_workers=1",
         f"trainer.output_dir={run_dir}", "trainer.save_every=0", "trainer.val_every=0",
-        "trainer.val_before_train=false", "trainer.logger=[jsonl]", f"trainer.total_steps={args.warmup + args.steps}",
+        "trainer.val_before_train=false", "trainer.logger=[jsonl]", f"trainer.total_steps={warmup + args.steps}",
         *args.set,
     ]
 
@@ -101,7 +101,7 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     """One mode's trainer: warm-up and timed steps, recorded into ``result["modes"][mode]`` (written after each)."""
     import ray
 
-    from reasonrl.bench.async_step import BenchRolloutWorker, step_record, summarize
+    from reasonrl.bench.async_step import BenchRolloutWorker, step_record, summarize, warmup_steps
     from reasonrl.bench.probes import BenchWorker
     from reasonrl.config import load_config
     from reasonrl.trainer.backends import RayBackend
@@ -109,7 +109,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
 
     model_dir = trainer_model_dir(args.shape, args.model_dir)
     data_file = write_prompt_dataset(tmp / "prompts.jsonl", args.prompts, args.prompt_len, seed=0)
-    overrides = workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu) + mode_overrides(args, mode)
+    warmup = warmup_steps(args.warmup, mode, [*args.set, *mode_overrides(args, mode)])
+    overrides = workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu, warmup) + mode_overrides(args, mode)
     entry: Dict[str, Any] = {"overrides": [*args.set, *mode_overrides(args, mode)]}  # beyond the workload's
     result["modes"][mode] = entry
     cfg, _ = load_config(overrides, cuda_available=on_gpu)
@@ -130,18 +131,18 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
             entry["response_lengths"] = {"dist": args.length_dist, "sum": sum(drawn), "max": max(drawn),
                                          "median": sorted(drawn)[len(drawn) // 2]}
         records: List[Dict[str, Any]] = []
-        for i in range(args.warmup + args.steps):
+        for i in range(warmup + args.steps):
             start = time.perf_counter()
             metrics = trainer.train_step()
             trainer.step += 1  # as Trainer.fit does after each step
             records.append(step_record(metrics, time.perf_counter() - start))
             if on_gpu:  # the actor's memory after the step; its allocator's retries tell memory pressure
                 records[-1]["actor_memory"] = trainer.workers.bench_memory(reset_peak=True)[0]
-            print(f"{mode} step {i} ({'warm-up' if i < args.warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
+            print(f"{mode} step {i} ({'warm-up' if i < warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
                   f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, lag {records[-1]['lag']}", flush=True)
-            entry["warmup_steps"], entry["steps"] = records[:args.warmup], records[args.warmup:]
+            entry["warmup_steps"], entry["steps"] = records[:warmup], records[warmup:]
             if entry["steps"]:
-                entry["summary"] = summarize(entry["steps"], records[args.warmup - 1] if args.warmup else None)
+                entry["summary"] = summarize(entry["steps"], records[warmup - 1] if warmup else None)
             write(args.out, result)
         if plan.is_async and on_gpu:
             entry["replica_memory"] = trainer.rollouts.bench_memory()
@@ -181,7 +182,8 @@ def parse_args(argv=None):
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="the colocated engine's share")
     p.add_argument("--kv-cache-gb", type=float, default=1.0, help="vLLM's KV cache on a CPU (dry runs)")
     p.add_argument("--steps", type=int, default=8, help="timed steps after the warm-up (at least 8 for the record)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up steps (default: 1 colocated, async_rollout.max_staleness + 1 async; warmup_steps)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for both modes")
     p.add_argument("--colocated-set", action="append", default=[], metavar="KEY=VALUE",
                    help="overrides for the colocated mode only")

@@ -11,7 +11,7 @@ import sys
 import pytest
 from paths import REPO
 
-from reasonrl.bench.async_step import lag_histogram, spread, step_record, summarize
+from reasonrl.bench.async_step import lag_histogram, spread, step_record, summarize, warmup_steps
 
 
 def metrics(step_s, tokens_per_s, lag0, lag1, staleness=None):
@@ -54,6 +54,13 @@ def test_summary_median_spread_and_the_lag_counters_growth():
     assert summarize(timed, warm)["actor_alloc_retries"] == 5.0  # 12 - 7
     assert summarize(timed, None)["actor_alloc_retries"] == 12.0
     assert "publish_s" not in summarize(timed, warm)  # colocated: no publish seconds reported
+
+
+def test_the_async_warm_up_covers_the_batches_started_before_the_lengths():
+    assert warmup_steps(None, "colocated", ["async_rollout.max_staleness=3"]) == 1
+    assert warmup_steps(None, "async", ["trainer.mode=async"]) == 2  # k = 1 unless set: batches 0 and 1
+    assert warmup_steps(None, "async", ["async_rollout.max_staleness=0", "async_rollout.max_staleness=2"]) == 3
+    assert warmup_steps(4, "async", ["async_rollout.max_staleness=2"]) == 4  # --warmup wins
 
 
 def test_the_publish_seconds_a_step_reports_are_kept_per_part():
