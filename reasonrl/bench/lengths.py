@@ -21,8 +21,9 @@ one thing: a length that is a multiple of the segment owes 0 after its last full
 generator continues a sequence that filled its segment, that continuation gets 1 token (vLLM's least), so such a
 sample is 1 token longer. What is owed is kept until its continuation comes, whatever calls come between: the
 continuous fleet (``fleet.continuous``) starts fresh groups in calls of their own while others are cut mid-response
-(forgetting what was owed at such a call gave the continuations fresh lengths: 311,211 response tokens in the
-twenty-second session's first partial step on a GPU against the 278,921 drawn).
+(forgetting what was owed at such a call gave the continuations fresh lengths). The 311,211 response tokens of the
+first partial step on a GPU against the 278,921 drawn (twenty-second and twenty-third sessions) had another cause:
+that batch started before the wrapper was set (``async_step.warmup_steps``).
 """
 from __future__ import annotations
 
