@@ -12,8 +12,9 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
   generation the previous publish's, which ran beside this step).
 * ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
   of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
-  staleness of each step counted, the publish's seconds per part; with the actor's memory per step (on a GPU), ``actor_alloc_retries``: the caching
-  allocator's retries during the timed steps (cumulative too: last timed step minus the last warm-up step).
+  staleness of each step counted, the publish's seconds per part; with the actor's memory per step (on a GPU),
+  ``actor_alloc_retries``: the caching allocator's retries during the timed steps (cumulative too: last timed step
+  minus the last warm-up step).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class AsyncRolloutConfig:
     "The same GPU for both")."""
     mps: str = "auto"
     """With ``share_devices`` on a GPU: NVIDIA's Multi-Process Service, so the actor's and the replica's kernels run
-    side by side instead of taking turns on the GPU (on one H100: 1.19x colocated under MPS, 0.82x time-sliced;
+    side by side instead of taking turns on the GPU (on one H100: 1.30x colocated under MPS, 0.82x time-sliced;
     docs/async.md). ``auto``: start ``nvidia-cuda-mps-control -d`` before the workers when it is on PATH and no
     daemon runs (a local cluster only), use one that runs, else say that the GPU will be time-sliced; ``required``:
     the same, but refuse to start without a daemon; ``disabled``: leave the GPU as it is

@@ -3,8 +3,9 @@ and its rollout replica on one GPU, docs/async.md "The same GPU for both").
 
 Without MPS the driver time-slices two processes on one GPU: each takes the whole GPU in turn, so a decode step of
 the long tail holds its turn with few SMs busy. Under MPS (``nvidia-cuda-mps-control -d``) their kernels run side by
-side. On one H100 the same-GPU mode trained 0.82x colocated time-sliced and 1.19x under MPS (twenty-first and
-twenty-second sessions, ``benchmarks/results/s2{1,2}_async_*.json``).
+side. On one H100 the same-GPU mode trained 0.82x colocated time-sliced, 1.19x under MPS, and 1.30x under MPS with
+the publish off the critical path (twenty-first to twenty-third sessions,
+``benchmarks/results/s2{1,2,3}_async_*.json``).
 
 A CUDA process becomes the daemon's client when it initialises CUDA, so the daemon must be up before the workers
 start; it quits once its clients are gone, which is why ``quit_daemon`` sends ``quit`` without waiting (a waiting
@@ -64,7 +65,7 @@ def decide(mode: str, shared_gpu: bool, local_cluster: bool, control: Optional[s
     if running:
         return Decision("use", "MPS: a daemon runs already; the actor and its replica share the GPU through it")
     time_sliced = ("the actor and its replica will take turns on the GPU (time-slicing: 0.82x colocated on an H100, "
-                   "against 1.19x under MPS; docs/async.md)")
+                   "against 1.30x under MPS; docs/async.md)")
     if not local_cluster:
         missing = "the run joins a Ray cluster (trainer.ray_address), whose machines start their own MPS daemons"
     elif control is None:
