@@ -26,7 +26,8 @@ response) and its response tokens, each per wall second; the phases' ``timing_s/
 quartiles and max of the rates, the lag histogram of the timed steps, and the async/colocated ratio of the median
 trained tokens per second. On a GPU, each step also records the actor's memory after it (``actor_memory``: peak,
 reserved, the device's used memory, and the caching allocator's ``alloc_retries``, whose growth over the timed steps
-is the summary's ``actor_alloc_retries``: memory pressure, if any). The JSON goes to
+is the summary's ``actor_alloc_retries``: memory pressure, if any) and every process's memory on the GPU
+(``gpu_processes``, from ``nvidia-smi``; at a failed step, ``gpu_processes_at_failure``). The JSON goes to
 ``benchmarks/results/gpu_async_step.json`` only on a GPU (``--out`` elsewhere; a CPU run writes
 ``/tmp/gpu_async_step_dry_run.json`` unless told), after every step. ``--mps``: both modes under NVIDIA's MPS daemon
 (``reasonrl/bench/mps.py``; the JSON's ``placement``), against the default time-slicing. The runs' own
@@ -133,11 +134,18 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
         records: List[Dict[str, Any]] = []
         for i in range(warmup + args.steps):
             start = time.perf_counter()
-            metrics = trainer.train_step()
+            try:
+                metrics = trainer.train_step()
+            except BaseException:
+                if on_gpu:  # who held the GPU when the step failed (a replica's memory is not asked of it: it may hang)
+                    entry["gpu_processes_at_failure"] = gpu_processes()
+                    write(args.out, result)
+                raise
             trainer.step += 1  # as Trainer.fit does after each step
             records.append(step_record(metrics, time.perf_counter() - start))
-            if on_gpu:  # the actor's memory after the step; its allocator's retries tell memory pressure
+            if on_gpu:  # the actor's memory after the step, its allocator's retries (memory pressure), every process's
                 records[-1]["actor_memory"] = trainer.workers.bench_memory(reset_peak=True)[0]
+                records[-1]["gpu_processes"] = gpu_processes()
             print(f"{mode} step {i} ({'warm-up' if i < warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
                   f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, lag {records[-1]['lag']}", flush=True)
             entry["warmup_steps"], entry["steps"] = records[:warmup], records[warmup:]
