@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
 ROOT = lc.ROOT
-TASKS = ("search", "search_example", "search_examples", "code_feedback")
+TASKS = ("search", "search_example", "search_examples", "search_hops", "code_feedback")
 STEP_KEYS = ("reward/mean", "reward/accuracy", "response/length_mean", "timing_s/step", "actor/kl", "actor/entropy")
 """Per-step metrics kept besides every ``env/*`` and ``tool/*`` one."""
 SUMMARY_KEYS = ("reward/mean", "reward/accuracy", "env/turns_mean", "env/call_rate", "env/calls_per_trajectory", "env/calls/search",

@@ -87,6 +87,10 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     Task("search_examples", "search_examples", "train", "test", "math", (),
          "<tool_call> searches of the corpus (two worked examples shown), then the year in \\boxed{}", 384,
          tool_turns=4, environment="search", prompt_tokens=448),
+    # the same with all three worked examples, the third a two-hop question with two calls (datasets/search_hops.py).
+    Task("search_hops", "search_hops", "train", "test", "math", (),
+         "<tool_call> searches of the corpus (three worked examples shown, one of two calls), then the year in "
+         "\\boxed{}", 384, tool_turns=4, environment="search", prompt_tokens=656),
     # MBPP in turns: the code_feedback environment runs each submission's tests and shows the failures.
     Task("code_feedback", "code_feedback", "train", "test", "code", ("code_feedback",),
          "```python submissions, fixed from the test failures shown", 768, 30.0, tool_turns=3,
