@@ -140,8 +140,9 @@ class ContinuousSource:
             return {}
         with timer("weight_sync"):
             self._published()
+            started = time.monotonic()  # before the sending: the actor's copy and put fall inside gather_s
             refs = self.fleet.start_gather()
-            self.publishing = threading.Thread(target=self._publish, args=(version, refs, time.monotonic()),
+            self.publishing = threading.Thread(target=self._publish, args=(version, refs, started),
                                                name="fleet-publish", daemon=True)
             self.publishing.start()
         mark_trained(self.trainable)
