@@ -110,12 +110,19 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
 
     model_dir = trainer_model_dir(args.shape, args.model_dir)
     data_file = write_prompt_dataset(tmp / "prompts.jsonl", args.prompts, args.prompt_len, seed=0)
-    warmup = warmup_steps(args.warmup, mode, [*args.set, *mode_overrides(args, mode)])
-    overrides = workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu, warmup) + mode_overrides(args, mode)
-    entry: Dict[str, Any] = {"overrides": [*args.set, *mode_overrides(args, mode)]}  # beyond the workload's
+    mode_set = mode_overrides(args, mode)
+
+    def config_and_plan(warmup: int):
+        cfg, _ = load_config(workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu, warmup) + mode_set,
+                             cuda_available=on_gpu)
+        return cfg, fixed_length_plan(cfg)
+
+    entry: Dict[str, Any] = {"overrides": [*args.set, *mode_set]}  # beyond the workload's
     result["modes"][mode] = entry
-    cfg, _ = load_config(overrides, cuda_available=on_gpu)
-    plan = fixed_length_plan(cfg)
+    cfg, plan = config_and_plan(1)  # the plan's steps ahead do not depend on the run's length
+    warmup = warmup_steps(args.warmup, plan.steps_ahead)
+    if warmup != 1:
+        cfg, plan = config_and_plan(warmup)
     entry["plan"] = {"mode": plan.mode, "world_size": plan.world_size, "rollout_workers": plan.rollout_workers,
                      "share_devices": plan.share_devices, "steps_ahead": plan.steps_ahead,
                      "mps": cfg.async_rollout.mps}  # the run's own MPS choice (the JSON's placement: --mps's)

@@ -56,21 +56,13 @@ class BenchRolloutWorker(RolloutWorker):
         return {"device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB}
 
 
-def warmup_steps(asked: Optional[int], mode: str, overrides: List[str]) -> int:
-    """``asked`` (``--warmup``), else 1 colocated and k + 1 async (k: the last ``async_rollout.max_staleness=`` of
-    ``overrides``, 1 when none): the fleet starts the first k + 1 batches as the trainer is built, before the
-    benchmark's ``bench_set_lengths`` reaches the replica, so they are not generated with the drawn lengths (a
-    threaded replica with partial rollouts takes the lengths mid-generation: 311,211 response tokens in such a batch
-    against the 278,921 drawn, twenty-second and twenty-third sessions)."""
-    if asked is not None:
-        return asked
-    if mode == "colocated":
-        return 1
-    k = 1
-    for item in overrides:
-        if item.startswith("async_rollout.max_staleness="):
-            k = int(item.split("=", 1)[1])
-    return k + 1
+def warmup_steps(asked: Optional[int], steps_ahead: int) -> int:
+    """``asked`` (``--warmup``), else the plan's ``steps_ahead`` + 1 (1 colocated, k + 1 async): the fleet starts the
+    first k + 1 batches as the trainer is built, before the benchmark's ``bench_set_lengths`` reaches the replica, so
+    they are not generated with the drawn lengths (a threaded replica with partial rollouts takes the lengths
+    mid-generation: 311,211 response tokens in such a batch against the 278,921 drawn, twenty-second and
+    twenty-third sessions)."""
+    return asked if asked is not None else steps_ahead + 1
 
 
 def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:

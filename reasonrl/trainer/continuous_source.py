@@ -187,8 +187,8 @@ class ContinuousSource:
                 self._top_up()
                 self.publish_stats = {"weight_sync/bytes": float(got["bytes"]),
                                       "weight_sync/gather_s": gathered - started,
-                                      "weight_sync/copy_s": float(got.get("copy_s", 0.0)),
-                                      "weight_sync/put_s": float(got.get("put_s", 0.0)),
+                                      "weight_sync/copy_s": float(got["copy_s"]),
+                                      "weight_sync/put_s": float(got["put_s"]),
                                       "weight_sync/publish_s": time.monotonic() - started}
                 self.cv.notify_all()
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it

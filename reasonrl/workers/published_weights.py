@@ -18,6 +18,7 @@ because ``ray.put`` has copied its bytes into the store before ``put`` returns.
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .host_memory import HostArena, aligned
+from .host_memory import HostArena, aligned, storage_bytes
 
 NamedTensor = Tuple[str, torch.Tensor]
 
@@ -46,14 +47,9 @@ class PublishedWeights:
 
 
 def staged_bytes(shapes_and_dtypes: Sequence[Tuple[Sequence[int], torch.dtype]]) -> int:
-    """The arena ``pack`` needs for tensors of these shapes and dtypes (each contiguous, ``ALIGN``-aligned)."""
-    total = 0
-    for shape, dtype in shapes_and_dtypes:
-        numel = 1
-        for s in shape:
-            numel *= int(s)
-        total += aligned(numel * torch.empty((), dtype=dtype).element_size())
-    return total
+    """The arena ``pack`` needs for tensors of these shapes and dtypes: each flat and ``ALIGN``-aligned, as
+    ``HostArena.take`` hands it out."""
+    return sum(aligned(storage_bytes((math.prod(shape),), (1,), dtype)) for shape, dtype in shapes_and_dtypes)
 
 
 def pack(named: Iterable[NamedTensor], arena: Optional[HostArena] = None) -> PublishedWeights:

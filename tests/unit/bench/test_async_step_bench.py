@@ -57,10 +57,19 @@ def test_summary_median_spread_and_the_lag_counters_growth():
 
 
 def test_the_async_warm_up_covers_the_batches_started_before_the_lengths():
-    assert warmup_steps(None, "colocated", ["async_rollout.max_staleness=3"]) == 1
-    assert warmup_steps(None, "async", ["trainer.mode=async"]) == 2  # k = 1 unless set: batches 0 and 1
-    assert warmup_steps(None, "async", ["async_rollout.max_staleness=0", "async_rollout.max_staleness=2"]) == 3
-    assert warmup_steps(4, "async", ["async_rollout.max_staleness=2"]) == 4  # --warmup wins
+    from reasonrl.config import load_config
+    from reasonrl.config.plan import RunPlan
+    from reasonrl.hardware import local_hardware
+
+    def steps_ahead(*overrides):
+        cfg, _ = load_config(list(overrides), cuda_available=False)
+        return RunPlan.build(cfg, local_hardware(cfg.trainer.device)).steps_ahead
+
+    assert warmup_steps(None, steps_ahead("async_rollout.max_staleness=3")) == 1  # colocated: nothing runs ahead
+    assert warmup_steps(None, steps_ahead("trainer.mode=async")) == 2  # k = 1 unless set: batches 0 and 1
+    assert warmup_steps(None, steps_ahead("trainer.mode=async", "async_rollout.max_staleness=0",
+                                          "async_rollout.max_staleness=2")) == 3
+    assert warmup_steps(4, 2) == 4  # --warmup wins
 
 
 def test_the_publish_seconds_a_step_reports_are_kept_per_part():
