@@ -153,6 +153,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
             if on_gpu:  # the actor's memory after the step, its allocator's retries (memory pressure), every process's
                 records[-1]["actor_memory"] = trainer.workers.bench_memory(reset_peak=True)[0]
                 records[-1]["gpu_processes"] = gpu_processes()
+                if plan.is_async and cfg.rollout.partial:  # a threaded replica answers beside its generation
+                    records[-1]["replica_memory"] = trainer.rollouts.bench_memory(reset_peak=True)
             print(f"{mode} step {i} ({'warm-up' if i < warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
                   f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, lag {records[-1]['lag']}", flush=True)
             entry["warmup_steps"], entry["steps"] = records[:warmup], records[warmup:]

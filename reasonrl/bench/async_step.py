@@ -48,12 +48,22 @@ class BenchRolloutWorker(RolloutWorker):
         return len(lengths)
 
     @dispatch(ONE_TO_ALL)
-    def bench_memory(self) -> Dict[str, float]:
-        """GiB: the device's used and total memory as this process sees it (empty on a CPU)."""
+    def bench_memory(self, reset_peak: bool = False) -> Dict[str, float]:
+        """GiB: the device's used and total memory as this process sees it, and this process's torch allocator:
+        allocated, reserved and their peaks since the last ``reset_peak`` (vLLM's weights and KV cache are torch
+        tensors, so what the replica holds beyond its budget shows here) (empty on a CPU). It does not synchronise
+        the device, so a threaded replica (``rollout.partial``) answers while it generates."""
         if self.device != "cuda":
             return {}
         free, total = torch.cuda.mem_get_info()
-        return {"device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB}
+        out = {"device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB,
+               "allocated_gib": torch.cuda.memory_allocated() / GIB,
+               "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+               "reserved_gib": torch.cuda.memory_reserved() / GIB,
+               "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB}
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats()
+        return out
 
 
 def warmup_steps(asked: Optional[int], steps_ahead: int) -> int:
