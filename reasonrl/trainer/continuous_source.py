@@ -1,13 +1,13 @@
 """ContinuousSource: the fleet generating all the time (``fleet.continuous``), a ``RolloutSource`` beside
 ``FleetSource`` on the same replicas, router, health, replacement, ledger and published weights
 (``replicas.Replicas``). What admission, partial rollouts and the checkpoint mean for a run is in docs/async.md
-("Continuous generation", "Partial rollouts"); the ledger and the answer to a failed replica in docs/fleet.md. Here,
-the invariants the code keeps:
+("Continuous generation", "Partial rollouts"); the ledger and the answer to a failed replica in docs/fleet.md. The
+state shared with the dispatcher thread, and that thread, are ``continuous_dispatch.FleetDispatch`` (held as
+``dispatch``, not inherited: the sources stand side by side); here are the trainer's side and the publish. The invariants they keep:
 
-* Only the trainer's thread draws from the sampler (``start``, ``publish``: every batch admission could accept at the
-  new version, batch ``j`` being the ``j``-th draw), so a checkpoint's data position is exact. A dispatcher thread
-  admits, routes, sends, verifies and finishes groups. One condition (``cv``) guards the shared state and every call
-  to a replica is issued under it, so a weight load and a generation reach a replica in the order issued.
+* One thread at a time draws from the sampler: the trainer's in ``start``, then each publish's thread (``_publish``
+  draws every batch admission could accept at the new version, batch ``j`` being the ``j``-th draw), which is joined
+  before the next publish and before a checkpoint, so a checkpoint's data position is exact.
 * ``publish(v)`` tells admission of ``v`` only after each replica's ``load_published`` is queued behind the
   generation it runs (a call issued later generates with ``v``) or, with ``rollout.partial``, its
   ``stage_published`` has returned (the generation in flight loads ``v`` at its next segment), so a group admitted
@@ -16,36 +16,28 @@ the invariants the code keeps:
   reads the weights just trained; a publisher thread waits for it and does the rest, so the gather overlaps the wait
   for the next batch instead of adding to it. Whatever reads the replicas' weights (validation, the weight-sync
   check, a checkpoint, the next publish) waits for the publish in flight first (``_published``).
-* Batch ``j``'s journal (``fleet/round_<j>.jsonl``) opens when it is drawn; a lost replica's groups are revoked in it
-  and issued again once elsewhere. ``save`` keeps the batches drawn and not yet trained (``PENDING_BATCHES``).
+* ``save`` keeps the batches drawn and not yet trained (``PENDING_BATCHES``); ``load`` queues them first again.
 """
 from __future__ import annotations
 
 import pickle
 import threading
 import time
-from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import ray
 
-from reasonrl.data.batch import Batch
-from reasonrl.data.sample import Round, Sample, bind_prompts
-from reasonrl.fault_points import fault_point
-from reasonrl.fleet.admission import AdmissionController
-from reasonrl.fleet.ledger import Ledger
+from reasonrl.data.sample import Round, Sample
 
+from .continuous_dispatch import FleetDispatch
+from .fleet_journal import mark_trained, untrainable_groups
 from .fleet_source import Draw
 from .metrics import PhaseTimer
-from .fleet_journal import FleetRound, mark_trained, untrainable_groups
-from .replicas import Replicas, first_line, raised_error
-from .streaming import generate_verified, verify
+from .replicas import Replicas, first_line
+from .streaming import generate_verified
 
 PENDING_BATCHES = "continuous_pending.pkl"
 """The checkpoint file of the batches drawn and not yet trained."""
-POLL_S = 0.2
-"""Longest the dispatcher waits on the replicas before it looks for new work to send (admission may have opened)."""
-
 
 
 class ContinuousSource:
@@ -54,25 +46,12 @@ class ContinuousSource:
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str, *,
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
-        self.pool, self.plan, self.reward_cfg, self.draw = pool, plan, reward_cfg, draw
+        self.pool, self.reward_cfg, self.partial = pool, reward_cfg, partial
+        self.dispatch = FleetDispatch(self.fleet, pool, plan, reward_cfg, draw, batch_size=batch_size,
+                                      max_staleness=max_staleness, total_steps=total_steps)
         self.trainable = None  # the batch returned last (journal, untrainable positions), trained at the next publish
         self.stats: Dict[str, float] = {}
-        self.batch_size, self.total_steps, self.partial = batch_size, total_steps, partial
-        self.admission = AdmissionController(batch_size=batch_size, max_staleness=max_staleness)
-        self.cv = threading.Condition()
-        self.drawn: Dict[int, Tuple[List[Any], List[int]]] = {}  # batch -> its prompts and dataset positions
-        self.next_draw = 0
-        self.queue: Deque[Tuple[int, int]] = deque()  # (batch, position) drawn, not yet admitted
-        self.rounds: Dict[int, FleetRound] = {}  # batches drawn and not yet taken, with their open journals
-        self.backlog: Dict[str, List[Tuple[int, int, int]]] = {}  # replica -> (batch, position, attempt) to send
-        self.calls: Dict[Any, Tuple[str, str, List[Tuple[int, int, int]], Any]] = {}  # ref -> (replica, kind, ...)
-        self.busy: Dict[str, Any] = {}  # replica -> the ref of its generate call in flight
-        self.results: Dict[int, Dict[int, List[Sample]]] = {}
-        self.batch_load: Dict[int, Dict[str, int]] = {}
         self.restored: Dict[int, Tuple[List[Any], List[int]]] = {}
-        self.error: Optional[BaseException] = None
-        self.closing = False
-        self.thread: Optional[threading.Thread] = None
         self.publishing: Optional[threading.Thread] = None  # the publisher thread of the publish in flight
         self.publish_stats: Dict[str, float] = {}  # the last finished publish's ``weight_sync/*`` metrics
 
@@ -80,44 +59,26 @@ class ContinuousSource:
     def start(self, step: int) -> None:
         """Replicas at the weights of ``step``, a checkpoint's untrained batches queued first, the dispatcher on."""
         self.fleet.start(step)  # journals a stopped run left past its checkpoint are dropped
-        self.admission.start_at(step)
-        self.next_draw = step
-        with self.cv:
-            for j in sorted(self.restored):
-                self._add_batch(j, *self.restored[j])
-            self.restored = {}
+        self.dispatch.begin(step, self.restored)
+        self.restored = {}
         if step > 0:
             self.publish(step, PhaseTimer())
             self._published()  # the replicas hold the resumed weights before the dispatcher sends them work
         else:
-            with self.cv:
-                self._top_up()
-        self.thread = threading.Thread(target=self._run, name="fleet-dispatcher", daemon=True)
-        self.thread.start()
+            with self.dispatch.cv:
+                self.dispatch.top_up()
+        self.dispatch.start()
 
     def next_round(self, step: int, timer: PhaseTimer) -> Round:
         """Batch ``step`` once all its groups finished (waited for under ``rollout``; verified as they came)."""
-        with timer("rollout"), self.cv:
-            while True:
-                self._raise_error()
-                groups = self.admission.take_batch(now=time.monotonic())
-                if groups is not None:
-                    break
-                self.cv.wait(timeout=1.0)
-            if sorted(groups) != [(step, k) for k in range(self.batch_size)]:
-                raise RuntimeError(f"batch {step} holds groups {sorted(groups)}: admission and the draws disagree")
-            prompts, indices = self.drawn.pop(step)
-            by_position = self.results.pop(step)
-            rnd = self.rounds.pop(step)
-            rnd.ledger.close()
-            load = self.batch_load.pop(step, {})
-            samples = [s for k in range(self.batch_size) for s in by_position[k]]
-            dropped = untrainable_groups(samples)
-            self.trainable = (rnd.ledger.path, dropped)
-            fleet = self.fleet.round_metrics(rnd, samples, load, dropped)
-            self.stats = {**fleet, **self.admission.metrics(),
-                          "async/staleness": float(step - fleet["fleet/weights_version"])}
-        return Round(prompts, samples, indices)
+        with timer("rollout"):
+            taken = self.dispatch.take(step)
+        dropped = untrainable_groups(taken.samples)
+        self.trainable = (taken.round.ledger.path, dropped)
+        with self.dispatch.cv:  # the fleet's counters, which the dispatcher moves
+            fleet = self.fleet.round_metrics(taken.round, taken.samples, taken.load, dropped)
+        self.stats = {**fleet, **taken.admission, "async/staleness": float(step - fleet["fleet/weights_version"])}
+        return Round(taken.prompts, taken.samples, taken.indices)
 
     def round_metrics(self) -> Dict[str, float]:
         return self.stats
@@ -154,18 +115,19 @@ class ContinuousSource:
         if self.publishing is not None:
             self.publishing.join()
             self.publishing = None
-        with self.cv:
-            self._raise_error()
+        with self.dispatch.cv:
+            self.dispatch.raise_error()
 
     def _publish(self, version: int, refs: List[Any], started: float) -> None:
         """The publisher thread: the gather waited for, then under the lock (a replica respawned meanwhile must not
         hold ``version`` before admission) the weights to every replica and to admission, which may start the next
         batches' groups."""
+        dispatch = self.dispatch
         try:
             got = self.fleet.wait_gather(version, refs)
             gathered = time.monotonic()
-            with self.cv:
-                self._raise_error()
+            with dispatch.cv:
+                dispatch.raise_error()
                 self.fleet.hold(version, got)
                 ref = self.fleet.weights
                 staged = {}
@@ -176,34 +138,31 @@ class ContinuousSource:
                     if self.partial:
                         staged[name] = (actor, actor.stage_published.remote(ref, version))
                     else:  # queued behind the generation the replica runs; checked by the dispatcher
-                        self.calls[actor.load_published.remote(ref, version)] = (name, "load", [], actor)
+                        dispatch.calls[actor.load_published.remote(ref, version)] = (name, "load", [], actor)
                 for name, (actor, call) in staged.items():
                     try:
                         ray.get(call, timeout=self.fleet.watchdog_s)
                     except (ray.exceptions.RayError, TimeoutError) as exc:
-                        self._lose_replica(name, actor, f"failed to stage the weights of version {version}: "
-                                                        f"{first_line(exc)}")
-                self.admission.publish(version)
-                self._top_up()
+                        dispatch.lose_replica(name, actor, f"failed to stage the weights of version {version}: "
+                                                           f"{first_line(exc)}")
+                dispatch.admission.publish(version)
+                dispatch.top_up()
                 self.publish_stats = {"weight_sync/bytes": float(got["bytes"]),
                                       "weight_sync/gather_s": gathered - started,
                                       "weight_sync/copy_s": float(got["copy_s"]),
                                       "weight_sync/put_s": float(got["put_s"]),
                                       "weight_sync/publish_s": time.monotonic() - started}
-                self.cv.notify_all()
+                dispatch.cv.notify_all()
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
-            with self.cv:
-                if self.error is None:
-                    self.error = exc
-                self.cv.notify_all()
+            dispatch.fail(exc)
 
     def check_weight_sync(self, prompt_ids: List[int], response_ids: List[int]) -> Dict[str, float]:
         """Every replica against the actor (``Replicas.check_weights``; a stale one stops the run, named). The
         check queues behind the generation a replica runs, which the watchdog bounds: a replica has twice
         ``fleet.watchdog_s`` to answer, or it is lost as the dispatcher loses one (its groups issued again)."""
         def lose(name: str, actor: Any, cause: str) -> None:
-            with self.cv:
-                self._lose_replica(name, actor, cause)
+            with self.dispatch.cv:
+                self.dispatch.lose_replica(name, actor, cause)
 
         self._published()
         return self.fleet.check_weights(prompt_ids, response_ids, 2 * self.fleet.watchdog_s, lose)
@@ -212,10 +171,10 @@ class ContinuousSource:
         """The batches drawn and not trained, and (``Replicas.save``) the ledger and the fleet's counters (after the
         publish in flight)."""
         self._published()
-        with self.cv:
-            pending = {j: self.drawn[j] for j in sorted(self.drawn)}
+        with self.dispatch.cv:
+            drawn = self.dispatch.drawn
             with open(f"{directory}/{PENDING_BATCHES}", "wb") as f:
-                pickle.dump(pending, f)
+                pickle.dump({j: drawn[j] for j in sorted(drawn)}, f)
             self.fleet.save(directory)
 
     def load(self, directory: str) -> None:
@@ -229,219 +188,5 @@ class ContinuousSource:
     def close(self) -> None:
         if self.publishing is not None:  # bounded by the gather's watchdog and the staging timeout
             self.publishing.join()
-        with self.cv:
-            self.closing = True
-            self.cv.notify_all()
-        if self.thread is not None:
-            self.thread.join(timeout=30)
-        for rnd in self.rounds.values():
-            rnd.ledger.close()
+        self.dispatch.stop()
         self.fleet.rollouts.shutdown()
-
-    # ------------------------------------------------------------------ the trainer's side (under the lock)
-    def _add_batch(self, j: int, prompts: List[Any], indices: List[int]) -> None:
-        """Batch ``j`` drawn (or restored): its journal opened afresh, its groups queued for admission."""
-        path = self.fleet.ledger_dir / f"round_{j:06d}.jsonl"
-        path.unlink(missing_ok=True)  # generated before a resume and never trained: generated again
-        ledger = Ledger.open(path, j, [j * self.batch_size + k for k in range(len(prompts))],
-                             meta={"data_indices": [int(i) for i in indices]})  # what the fault audit compares
-        self.rounds[j] = FleetRound(j, len(prompts), self.plan.training_sampling["n"], self.fleet.router, ledger)
-        self.drawn[j] = (prompts, indices)
-        self.results[j] = {}
-        self.queue.extend((j, k) for k in range(len(prompts)))
-        self.next_draw = max(self.next_draw, j + 1)
-
-    def _top_up(self) -> None:
-        """Draw every batch admission could accept now (up to the run's last step)."""
-        while self.next_draw <= min(self.admission.version + self.admission.max_staleness, self.total_steps - 1):
-            self._add_batch(self.next_draw, *self.draw())
-
-    def _raise_error(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    # ------------------------------------------------------------------ the dispatcher
-    def _run(self) -> None:
-        try:
-            while True:
-                with self.cv:
-                    if self.closing:
-                        return
-                    self._admit()
-                    self._send()
-                    refs = list(self.calls)
-                    timeout = min(POLL_S, self.fleet.wait_left())
-                if not refs:
-                    with self.cv:
-                        self.cv.wait_for(lambda: self.closing, timeout=POLL_S)
-                    continue
-                ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-                if not ready:
-                    with self.cv:
-                        for name, cause in self.fleet.health.verdicts(time.monotonic()):
-                            self._lose_replica(name, self.fleet.actor(name), cause)
-                    continue
-                self._answer(ready[0])
-        except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
-            with self.cv:
-                self.error = exc
-                self.cv.notify_all()
-
-    def _admit(self) -> None:
-        """Admit queued groups while admission lets them start; route each to a replica's backlog."""
-        admitted: Dict[int, List[int]] = {}
-        while self.queue:
-            j, k = self.queue[0]
-            index = self.admission.admit((j, k), now=time.monotonic())
-            if index is None:
-                break
-            if index != j:
-                raise RuntimeError(f"group {k} of batch {j} was admitted into batch {index}")
-            self.queue.popleft()
-            admitted.setdefault(j, []).append(k)
-        for j, positions in admitted.items():
-            self._route(j, positions)
-
-    def _route(self, j: int, positions: List[int], avoid: Optional[Dict[int, str]] = None) -> None:
-        for name, issued in self.rounds[j].assign(positions, avoid).items():
-            self.backlog.setdefault(name, []).extend((j, k, attempt) for k, attempt in issued)
-        if self.batch_size - 1 in positions:
-            fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued
-
-    def _send(self) -> None:
-        """Each idle replica's backlog as one ``generate`` call."""
-        for name in list(self.backlog):
-            work = self.backlog[name]
-            if not work or name in self.busy:
-                continue
-            alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.failures.isolated]
-            if alone:  # a group that raised goes alone; the rest waits for the next call
-                work = alone[:1]
-                self.backlog[name].remove(work[0])
-            else:
-                del self.backlog[name]
-            actor = self.fleet.actor(name)
-            prompts = [self.drawn[j][0][k] for j, k, _ in work]
-            ids = [j * self.batch_size + k for j, k, _ in work]
-            batch = Batch(meta={"prompt_ids": [p.token_ids for p in prompts], "rows": [p.row for p in prompts],
-                                "groups": ids})
-            ref = self.fleet.generate_call(name, batch, self.plan.training_sampling, ids)
-            self.calls[ref] = (name, "generate", work, actor)
-            self.busy[name] = ref
-            for j, _, _ in work:
-                self.fleet.health.sent(name, time.monotonic())
-                load = self.batch_load.setdefault(j, {})
-                load[name] = load.get(name, 0) + 1
-
-    def _answer(self, ref: Any) -> None:
-        """A replica's call came back: a failure loses the replica; samples are verified (outside the lock), then
-        their groups finish, the attempt in flight only."""
-        with self.cv:
-            entry = self.calls.pop(ref, None)
-        if entry is None:
-            return  # the replica was lost meanwhile: its calls are no longer waited for
-        name, kind, work, actor = entry
-        try:
-            samples = ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            cause = ("died: " if isinstance(exc, ray.exceptions.RayActorError) else "failed: ") + first_line(exc)
-            with self.cv:
-                if kind == "generate" and isinstance(exc, ray.exceptions.RayTaskError):  # the replica lives
-                    return self._raised(name, actor, ref, work, raised_error(exc))
-                return self._lose_replica(name, actor, cause, (ref, work) if kind == "generate" else None)
-        if kind == "load":
-            return
-        by_group: Dict[int, List[Sample]] = {}
-        for s in samples:
-            j, k = divmod(s.group, self.batch_size)
-            s.group = k
-            by_group.setdefault(j * self.batch_size + k, []).append(s)
-        for g, group in by_group.items():
-            j, k = divmod(g, self.batch_size)
-            bind_prompts(group, self.drawn[j][0])
-        verify(samples, self.pool, self.reward_cfg)
-        with self.cv:
-            if self.busy.get(name) == ref:
-                del self.busy[name]
-            for _ in work:
-                self.fleet.health.answered(name, time.monotonic())
-            self.fleet.failures.answered(name, [j * self.batch_size + k for j, k, _ in work])
-            for j in sorted({j for j, _, _ in work}):
-                issued = [(k, attempt) for jj, k, attempt in work if jj == j]
-                counts = {k: len(by_group.get(j * self.batch_size + k, [])) for k, _ in issued}
-                for k in self.rounds[j].answered(name, issued, counts):
-                    group = by_group.get(j * self.batch_size + k, [])
-                    self.results[j][k] = group
-                    versions = [v for s in group for v in (s.oldest_version, s.newest_version) if v is not None]
-                    self.admission.finished((j, k), ok=True, tokens=sum(len(s.response_ids) for s in group),
-                                            versions=(min(versions), max(versions)) if versions else None)
-            self.cv.notify_all()
-
-    def _raised(self, name: str, actor: Any, ref: Any, work: List[Tuple[int, int, int]], error: str) -> None:
-        """``name``'s generate call of ``work`` raised ``error`` (the replica lives): as ``FleetSource._raised``."""
-        if self.fleet.actor(name) is not actor:
-            return
-        self.busy.pop(name, None)  # ``ref``, its one generate call in flight
-        for _ in work:
-            self.fleet.health.answered(name, time.monotonic())
-        verdict = self.fleet.failures.raised(name, [j * self.batch_size + k for j, k, _ in work], error)
-        retry: Dict[int, List[Tuple[int, int]]] = {}
-        for j, k, attempt in work:
-            reason = verdict.poison.get(j * self.batch_size + k)
-            if reason is None:
-                retry.setdefault(j, []).append((k, attempt))
-            else:
-                self._drop(name, j, k, attempt, reason)
-        self.cv.notify_all()
-        if verdict.replace is not None:  # it keeps raising: no evidence against the prompts it holds
-            return self._lose_replica(name, actor, verdict.replace, evidence=False)
-        for j, issued in retry.items():
-            positions = self.rounds[j].retry(name, issued, f"raised: {error}")
-            self.fleet.reissued += len(positions)
-            self._route(j, positions, self.fleet.failures.avoid)
-
-    def _drop(self, name: str, j: int, k: int, attempt: int, reason: str) -> None:
-        """Group ``k`` of batch ``j`` (``attempt``, on ``name``) is poison: answered with failed samples, finished."""
-        failed = self.fleet.drop_poison(self.rounds[j], name, k, attempt, reason, self.drawn[j][0][k], self.reward_cfg)
-        if failed is not None:
-            self.results[j][k] = failed
-            self.admission.finished((j, k), ok=True, tokens=0)
-
-    def _lose_replica(self, name: str, actor: Any, cause: str, running: Optional[Tuple[Any, List[Any]]] = None,
-                      evidence: bool = True) -> None:
-        """``name`` (the actor ``actor``) is lost: with ``evidence`` (it died, hung or failed a call; not when it
-        keeps raising) the groups of its generate call (``running``, its ref and work, when the caller popped it;
-        else the one in flight) are evidence for ``fleet.poison``: isolated, a poison one dropped; its other groups in
-        every open batch revoked and issued again, once, on the other live replicas (its replacement when none
-        lives); the restart booked; a new actor with the current weights (``Replicas.replace_lost``'s order). A
-        failure of an actor already replaced changes nothing."""
-        if self.fleet.actor(name) is not actor:
-            return
-        if running is None and self.busy.get(name) in self.calls:
-            running = (self.busy[name], self.calls[self.busy[name]][2])
-        if evidence and running is not None:
-            ref, work = running
-            poison = self.fleet.lost_call(name, [ref], [[j * self.batch_size + k for j, k, _ in work]], cause)
-            for j, k, attempt in work:
-                if j * self.batch_size + k in poison:
-                    self._drop(name, j, k, attempt, poison[j * self.batch_size + k])
-            self.cv.notify_all()
-        for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
-            del self.calls[ref]
-        self.busy.pop(name, None)
-        self.backlog.pop(name, None)  # issued in the ledger: revoked below with the rest
-        revoked: Dict[int, List[int]] = {}
-
-        def revoke() -> int:
-            for j, rnd in self.rounds.items():
-                positions = [i - j * self.batch_size for i in rnd.ledger.replica_lost(name, cause)]
-                rnd.reissued.extend(positions)
-                if positions:
-                    revoked[j] = positions
-            return sum(len(p) for p in revoked.values())
-
-        def reissue() -> None:
-            for j, positions in revoked.items():
-                self._route(j, positions)
-
-        self.fleet.replace_lost(name, cause, revoke, reissue)
