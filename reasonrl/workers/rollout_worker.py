@@ -9,8 +9,12 @@ staleness instead of assuming it.
 With ``rollout.partial`` (a fleet replica under ``fleet.continuous``) the worker runs as a threaded Ray actor (two
 calls at once, ``WorkerGroup(max_concurrency=2)``): ``stage_published`` hands it a newer weight version while
 ``generate`` runs, and the generation (``rollout.partial.SegmentedGenerator``) loads it between two segments, so
-each response token records the version that produced it. The engine is used by one call at a time
-(``engine_lock``); staging only stores the weights.
+each response token records the version that produced it; staging only stores the weights.
+
+The engine is built on, and only ever called from, one thread of its own (``engine_thread.EngineThread``): a threaded
+actor runs its calls on several threads, and vLLM driven from two threads faulted on a GPU. Every method that
+touches the engine, the device or the weight transfer group goes through ``self.engine_thread.call``, which also
+makes the calls one at a time.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from reasonrl.rollout.weight_sync import iter_buckets
 from . import weight_transfer
 from .dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, dispatch
 from .engine_host import EngineHost, make_engine
+from .engine_thread import EngineThread
 from .published_weights import PublishedWeights, unpack
 
 
@@ -42,28 +47,37 @@ class RolloutWorker:
     def __init__(self, config: Dict[str, Any], model_path: str, rank: int, world_size: int, master_addr: str = "",
                  master_port: int = 0, num_threads: int = 0, *, plan: WorkerPlan) -> None:
         self.cfg = from_dict(config)
-        self.plan, tools = plan, plan.tools
+        self.plan = plan
         self.rank = rank
         self.device = plan.device
-        if self.device == "cuda":
-            torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
-        elif num_threads:
-            torch.set_num_threads(num_threads)
-        torch.manual_seed(self.cfg.trainer.seed + 1000 * (rank + 1))
         self.model_path = model_path
         self.tokenizer = load_tokenizer(model_path, self.cfg.model.trust_remote_code)
         self.dtype = torch_dtype(self.cfg.model.dtype, self.device)
-        engine = make_engine(self.cfg, plan, model_path, self.tokenizer, self.dtype, self.device)
-        self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=tools)
+        self._set_device(num_threads)  # the actor's own thread too
+        self.engine_thread = EngineThread(f"engine{rank}")
+        engine = self.engine_thread.call(self._build_engine, num_threads)
+        self.host = EngineHost(engine, self.tokenizer, self.cfg, self.device, tools=plan.tools)
         self.version = 0  # actor updates included in the engine's weights
         self.group = None
-        self.engine_lock = threading.RLock()  # one call at a time uses the engine (a threaded actor: rollout.partial)
         self._staged: Optional[tuple] = None  # (weights, version) published while a generation runs
         self._staged_lock = threading.Lock()
         self.partial = self.cfg.rollout.partial
         if self.partial:
             self.host.use_generator(SegmentedGenerator(engine, self.tokenizer, self.cfg.rollout.partial_segment_tokens,
                                                        0, self._latest_version, self._load_staged))
+
+    def _set_device(self, num_threads: int) -> None:
+        """This thread's device, or on a CPU its torch threads (both may be per thread)."""
+        if self.device == "cuda":
+            torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
+        elif num_threads:
+            torch.set_num_threads(num_threads)
+
+    def _build_engine(self, num_threads: int):
+        """On the engine's thread: its device or threads, the seed, then the engine."""
+        self._set_device(num_threads)
+        torch.manual_seed(self.cfg.trainer.seed + 1000 * (self.rank + 1))
+        return make_engine(self.cfg, self.plan, self.model_path, self.tokenizer, self.dtype, self.device)
 
     def _stamped(self, samples: List[Sample]) -> List[Sample]:
         for s in samples:
@@ -75,15 +89,21 @@ class RolloutWorker:
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
         """Like ``ActorRolloutRefWorker.generate``; each Sample also carries ``weights_version`` (partial: the
         versions of its tokens, weights staged meanwhile loaded between segments)."""
-        with self.engine_lock:
-            if self.partial:
-                self.host.generator.version = self.version
-            return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
+        return self.engine_thread.call(self._generate, prompts, sampling)
+
+    def _generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
+        if self.partial:
+            self.host.generator.version = self.version
+        return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
 
     def generate_stream(self, prompts: Batch, sampling: Dict[str, Any], chunk_prompts: int
                         ) -> Iterator[List[Sample]]:
         """A Ray streaming generator (``WorkerGroup.stream``): the Samples of ``generate``, a sub-batch at a time."""
-        for part in self.host.generate_chunks(prompts, sampling, chunk_prompts):
+        parts = self.host.generate_chunks(prompts, sampling, chunk_prompts)
+        while True:
+            part = self.engine_thread.call(next, parts, None)
+            if part is None:
+                return
             yield self._stamped(part)
 
     # ------------------------------------------------------------------ weights
@@ -91,13 +111,16 @@ class RolloutWorker:
     def join_weight_transfer(self, host: str, port: int, group_size: int) -> None:
         """Join the transfer group as rank ``1 + self.rank`` (actor rank 0 is rank 0 and hosts the store)."""
         store = weight_transfer.connect_store(host, port)
-        self.group = weight_transfer.join_group(store, 1 + self.rank, group_size, self.device,
-                                                self.cfg.async_rollout.transfer_timeout_s)
+        self.group = self.engine_thread.call(weight_transfer.join_group, store, 1 + self.rank, group_size,
+                                             self.device, self.cfg.async_rollout.transfer_timeout_s)
 
     @dispatch(ONE_TO_ALL)
     def receive_weights(self, specs: List[weight_transfer.ParamSpec], version: int) -> Dict[str, float]:
         """Take the actor's weights of ``version`` from the transfer group, bucket by bucket, into the engine (a LoRA
         adapter-only sync: the adapter's tensors, loaded as the engine's adapter once all have arrived)."""
+        return self.engine_thread.call(self._receive_weights, specs, version)
+
+    def _receive_weights(self, specs: List[weight_transfer.ParamSpec], version: int) -> Dict[str, float]:
         start = time.perf_counter()
         bucket_bytes = self.plan.bucket_bytes
         if specs and all(is_adapter_param(s.name) for s in specs):
@@ -131,14 +154,13 @@ class RolloutWorker:
             self._staged = None
         if staged != version:
             raise RuntimeError(f"staged weights of version {staged}, asked for {version}")
-        self.load_published(published, version)
+        self._load_named(published, version)  # on the engine's thread already: the generator's
 
     @dispatch(ONE_TO_ALL)
     def load_published(self, published: PublishedWeights, version: int) -> Dict[str, float]:
         """A fleet replica takes the weights of ``version`` (``ActorRolloutRefWorker.gather_weights``, read from Ray's
         object store without a copy) into its engine; a LoRA adapter-only list is loaded as the engine's adapter."""
-        with self.engine_lock:
-            return self._load_named(published, version)
+        return self.engine_thread.call(self._load_named, published, version)
 
     def _load_named(self, published: PublishedWeights, version: int) -> Dict[str, float]:
         start = time.perf_counter()
@@ -156,6 +178,9 @@ class RolloutWorker:
     @dispatch(ONE_TO_ALL)
     def rng_state(self) -> Dict[str, Any]:
         """The random state sampling draws from (saved with an async checkpoint, after the rounds ahead)."""
+        return self.engine_thread.call(self._rng_state)
+
+    def _rng_state(self) -> Dict[str, Any]:
         state = {"cpu": torch.get_rng_state()}
         if self.device == "cuda":
             state["cuda"] = torch.cuda.get_rng_state()
@@ -164,9 +189,12 @@ class RolloutWorker:
     @dispatch(ONE_TO_ALL)
     def load_rng_state(self, states: List[Dict[str, Any]]) -> None:
         """Restore this rank's entry of ``states`` (``rng_state`` of every rank, in rank order)."""
-        torch.set_rng_state(states[self.rank]["cpu"])
-        if "cuda" in states[self.rank]:
-            torch.cuda.set_rng_state(states[self.rank]["cuda"])
+        self.engine_thread.call(self._load_rng_state, states[self.rank])
+
+    def _load_rng_state(self, state: Dict[str, Any]) -> None:
+        torch.set_rng_state(state["cpu"])
+        if "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"])
 
     @dispatch(ONE_TO_ALL)
     def weights_version(self) -> int:
@@ -175,7 +203,7 @@ class RolloutWorker:
     @dispatch(RANK_ZERO)
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """The engine's log-probs of each response given its prompt (weight checks)."""
-        return self.host.engine.sequence_logprobs(prompts, responses)
+        return self.engine_thread.call(self.host.engine.sequence_logprobs, prompts, responses)
 
     @dispatch(ONE_TO_ALL)
     def info(self) -> Dict[str, Any]:

@@ -284,3 +284,70 @@ def test_async_rollout_worker_runs_the_tool_loop(model_path):
     assert [s.group for s in samples] == [0, 0]
     assert all(s.tools is not None and s.tools.turns >= 1 and s.env is not None for s in samples)
     assert [len(s.tool_mask) for s in samples] == [len(s.response_ids) for s in samples]
+
+
+@pytest.mark.slow
+def test_a_threaded_replica_drives_its_engine_from_the_one_thread_that_built_it(tiny_policy, ray_session):
+    """A replica with ``rollout.partial`` is a threaded Ray actor (``max_concurrency=2``), whose calls Ray runs on a
+    pool of threads, not the one ``__init__`` ran on, taking turns even for calls made one at a time. vLLM driven
+    from two threads faulted on a GPU (``reasonrl/workers/engine_thread.py``), so every engine call, generation and
+    weight load alike, must run on the thread that built the engine: here four generate calls in a row (two-token
+    segments, so each is several engine calls) and a weight load, each engine call recording its thread."""
+    import threading
+
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.controller import WorkerGroup, start_ray
+    from reasonrl.data.batch import Batch
+    from reasonrl.workers.published_weights import pack
+    from reasonrl.workers.rollout_worker import RolloutWorker
+
+    class EngineThreadProbe(RolloutWorker):  # defined here, so Ray ships it by value
+        """RolloutWorker recording the thread of every engine call, and the thread that built the engine."""
+
+        def _build_engine(self, num_threads):
+            self.built_on = threading.get_ident()
+            engine = super()._build_engine(num_threads)
+            self.engine_calls = []
+            for name in ("generate", "update_weights"):
+                real = getattr(engine, name)
+
+                def recorded(*args, _real=real, _name=name, **kwargs):
+                    self.engine_calls.append((_name, threading.get_ident()))
+                    return _real(*args, **kwargs)
+
+                setattr(engine, name, recorded)
+            return engine
+
+        def threads(self):
+            return self.built_on, self.engine_thread.ident, self.engine_calls
+
+        def caller(self):
+            return threading.get_ident()
+
+    cfg, _ = load_config(["task=arith", "trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true",
+                          "rollout.partial=true", "rollout.partial_segment_tokens=2", "rollout.engine=hf",
+                          f"model.path={tiny_policy}"], cuda_available=False)
+    start_ray("local", num_cpus=4)
+    group = WorkerGroup(EngineThreadProbe, 1, False, 1, {"config": to_dict(cfg), "model_path": tiny_policy,
+                                                         "plan": cpu_worker_plan(cfg)}, max_concurrency=2)
+    try:
+        replica = group.workers[0]
+        prompt = [1, 2, 3, 4]
+        batch = Batch(meta={"prompt_ids": [prompt], "groups": [0]})
+        greedy = {"n": 1, "max_new_tokens": 6, "temperature": 0.0, "logprobs": True}
+        outs = [ray.get(replica.generate.remote(batch, greedy)) for _ in range(4)]
+        model = AutoModelForCausalLM.from_pretrained(tiny_policy, torch_dtype=torch.float32)
+        ray.get(replica.load_published.remote(pack([(n, t.detach()) for n, t in model.named_parameters()]), 1))
+        built_on, engine_thread, calls = ray.get(replica.threads.remote())
+        callers = set(ray.get([replica.caller.remote() for _ in range(4)]))
+    finally:
+        group.shutdown()
+    assert all(len(o[0].response_ids) == 6 for o in outs)
+    assert built_on == engine_thread
+    kinds = [name for name, _ in calls]
+    assert kinds.count("generate") == 4 * 3 and "update_weights" in kinds  # 3 segments of 2 tokens per call
+    assert {ident for _, ident in calls} == {engine_thread}
+    assert engine_thread not in callers  # the premise: Ray's calls arrive on other threads
