@@ -34,7 +34,9 @@
 #   benchmarks/gpu_run.sh bg MODE [ARGS]  run `gpu_run.sh MODE ARGS` in a process session of its own (setsid), so it
 #                                         outlives this call and runs on until the machine goes back; its $OUT is
 #                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run
-#                                         spans calls without a restart (the gsm8k curve: one engine start in all)
+#                                         spans calls without a restart (the gsm8k curve: one engine start in all).
+#                                         It runs in a snapshot of the tree ($BG_TREE or /tmp/bg_tree), which the
+#                                         next calls' fresh copies of the tree do not touch
 #   benchmarks/gpu_run.sh series FILE     each line of FILE (LABEL MODE ARGS) as `gpu_run.sh MODE ARGS` into
 #                                         $OUT/LABEL, in turn (benchmarks/gpu_series/: several asyncstep runs as one
 #                                         bg job, so no call's limit cuts a run)
@@ -335,7 +337,15 @@ case $cmd in
     fi
     rm -rf "$bg_out" && mkdir -p "$bg_out"
     echo "bg: $*" > "$bg_out/bg.log"
+    # the job runs in a snapshot of the tree: each later call copies the tree afresh, and a Python process the job
+    # starts meanwhile could import from a half-copied tree (twenty-fourth session: "No module named
+    # reasonrl.data.curriculum" in a series' third run). The parts already unpacked stay out of the snapshot.
+    snap=${BG_TREE:-/tmp/bg_tree}
+    rm -rf "$snap" && mkdir -p "$snap"
+    tar -c --exclude=./.git --exclude=./.venv --exclude=./outputs --exclude=./.carry/vllm --exclude=./.lc/p0 --exclude=./.lc/p1 \
+      . | tar -x -C "$snap"
     # setsid: a process session of its own, which the device keeps after the call returns; rc marks the end
+    cd "$snap"
     setsid nohup bash -c 'OUT=$0 bash benchmarks/gpu_run.sh "$@" >> "$0/bg.log" 2>&1; echo $? > "$0/rc"' \
       "$bg_out" "$@" < /dev/null > /dev/null 2>&1 &
     echo "started in the background: gpu_run.sh $* (pid $!; gpu_run.sh wait SECONDS collects it)" ;;
