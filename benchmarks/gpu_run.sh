@@ -342,8 +342,8 @@ case $cmd in
     # reasonrl.data.curriculum" in a series' third run). The parts already unpacked stay out of the snapshot.
     snap=${BG_TREE:-/tmp/bg_tree}
     rm -rf "$snap" && mkdir -p "$snap"
-    tar -c --exclude=./.git --exclude=./.venv --exclude=./outputs --exclude=./.carry/vllm --exclude=./.lc/p0 --exclude=./.lc/p1 \
-      . | tar -x -C "$snap"
+    tar -c --exclude=./.git --exclude=./.venv --exclude=./outputs --exclude=./.carry/vllm \
+      --exclude=./.lc/p0 --exclude=./.lc/p1 . | tar -x -C "$snap"
     # setsid: a process session of its own, which the device keeps after the call returns; rc marks the end
     cd "$snap"
     setsid nohup bash -c 'OUT=$0 bash benchmarks/gpu_run.sh "$@" >> "$0/bg.log" 2>&1; echo $? > "$0/rc"' \

@@ -293,7 +293,7 @@ class FleetDispatch:
             self.admission.finished((j, k), ok=True, tokens=0)
 
     def lose_replica(self, name: str, actor: Any, cause: str, running: Optional[Tuple[Any, List[Any]]] = None,
-                      evidence: bool = True) -> None:
+                     evidence: bool = True) -> None:
         """``name`` (the actor ``actor``) is lost: with ``evidence`` (it died, hung or failed a call; not when it
         keeps raising) the groups of its generate call (``running``, its ref and work, when the caller popped it;
         else the one in flight) are evidence for ``fleet.poison``: isolated, a poison one dropped; its other groups in

@@ -3,7 +3,8 @@
 (``replicas.Replicas``). What admission, partial rollouts and the checkpoint mean for a run is in docs/async.md
 ("Continuous generation", "Partial rollouts"); the ledger and the answer to a failed replica in docs/fleet.md. The
 state shared with the dispatcher thread, and that thread, are ``continuous_dispatch.FleetDispatch`` (held as
-``dispatch``, not inherited: the sources stand side by side); here are the trainer's side and the publish. The invariants they keep:
+``dispatch``, not inherited: the sources stand side by side); here are the trainer's side and the publish. The
+invariants they keep:
 
 * One thread at a time draws from the sampler: the trainer's in ``start``, then each publish's thread (``_publish``
   draws every batch admission could accept at the new version, batch ``j`` being the ``j``-th draw), which is joined
