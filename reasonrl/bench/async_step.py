@@ -24,11 +24,11 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from reasonrl.bench.probes import GIB, device_memory_gib
 from reasonrl.workers.dispatch import ONE_TO_ALL, dispatch
 from reasonrl.workers.rollout_worker import RolloutWorker
 
 LAG_PREFIXES = ("admission/lag_tokens/", "admission/lag_groups/")
-GIB = float(1 << 30)
 
 
 class BenchRolloutWorker(RolloutWorker):
@@ -55,12 +55,7 @@ class BenchRolloutWorker(RolloutWorker):
         the device, so a threaded replica (``rollout.partial``) answers while it generates."""
         if self.device != "cuda":
             return {}
-        free, total = torch.cuda.mem_get_info()
-        out = {"device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB,
-               "allocated_gib": torch.cuda.memory_allocated() / GIB,
-               "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
-               "reserved_gib": torch.cuda.memory_reserved() / GIB,
-               "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB}
+        out = {**device_memory_gib(), "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB}
         if reset_peak:
             torch.cuda.reset_peak_memory_stats()
         return out

@@ -43,6 +43,16 @@ def _host_memory_gib() -> Dict[str, float]:
     return out
 
 
+def device_memory_gib() -> Dict[str, float]:
+    """GiB: the device's used and total memory as this process sees it, and this process's torch allocator:
+    allocated and reserved now, allocated at its peak (since the last ``torch.cuda.reset_peak_memory_stats``)."""
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated_gib": torch.cuda.memory_allocated() / GIB,
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+            "reserved_gib": torch.cuda.memory_reserved() / GIB,
+            "device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB}
+
+
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -61,11 +71,7 @@ class BenchWorker(ActorRolloutRefWorker):
         if self.device != "cuda":
             return {}
         _sync()
-        free, total = torch.cuda.mem_get_info()
-        out = {"allocated_gib": torch.cuda.memory_allocated() / GIB,
-               "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
-               "reserved_gib": torch.cuda.memory_reserved() / GIB,
-               "device_used_gib": (total - free) / GIB, "device_total_gib": total / GIB, **_host_memory_gib()}
+        out = {**device_memory_gib(), **_host_memory_gib()}
         stats = torch.cuda.memory_stats()
         out["alloc_retries"] = float(stats.get("num_alloc_retries", 0))
         out["ooms"] = float(stats.get("num_ooms", 0))
