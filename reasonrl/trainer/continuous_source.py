@@ -47,7 +47,7 @@ class ContinuousSource:
     def __init__(self, workers, rollouts, pool, plan, reward_cfg, draw: Draw, fleet_cfg, run_dir: str, *,
                  batch_size: int, max_staleness: int, total_steps: int, partial: bool) -> None:
         self.fleet = Replicas(workers, rollouts, fleet_cfg, run_dir)
-        self.pool, self.reward_cfg, self.partial = pool, reward_cfg, partial
+        self.partial = partial
         self.dispatch = FleetDispatch(self.fleet, pool, plan, reward_cfg, draw, batch_size=batch_size,
                                       max_staleness=max_staleness, total_steps=total_steps)
         self.trainable = None  # the batch returned last (journal, untrainable positions), trained at the next publish
@@ -88,7 +88,7 @@ class ContinuousSource:
         """On the replicas (validation; no ledger), beside the generation in flight, once they hold the weights
         published last."""
         self._published()
-        return generate_verified(self.fleet.rollouts, prompts, sampling, self.pool, self.reward_cfg)
+        return generate_verified(self.fleet.rollouts, prompts, sampling, self.dispatch.pool, self.dispatch.reward_cfg)
 
     def release_devices(self, timer: PhaseTimer) -> None:
         """The replicas keep generating while the actor trains."""
