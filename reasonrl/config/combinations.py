@@ -66,6 +66,7 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
         out.append(("async_rollout.share_devices", f"needs trainer.mode=async (not {cfg.trainer.mode}): the colocated "
                                                    "engine already lives on the actor's GPU (and sleeps while it trains)"))
     out += mps_problems(cfg.async_rollout)
+    out += sm_share_problems(cfg.async_rollout)
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
@@ -112,6 +113,27 @@ def mps_problems(a) -> List[Problem]:
     if a.mps == "required" and not a.share_devices:
         return [("async_rollout.mps", "required is only read with async_rollout.share_devices=true (a GPU the actor "
                                       "shares with its replica)")]
+    return []
+
+
+SM_SHARE_KEY = "async_rollout.engine_sm_share"
+
+
+def sm_share_problems(a) -> List[Problem]:
+    """``async_rollout.engine_sm_share``: in (0, 1]; below 1 only where the replica shares a GPU under MPS (the cap
+    is an MPS client's setting: without a shared GPU or with ``mps=disabled`` it would be silently ignored)."""
+    share = a.engine_sm_share
+    if not 0 < share <= 1:  # NaN too
+        return [(SM_SHARE_KEY, f"{share} is out of range; allowed: (0, 1] (the share of the GPU's SMs the replica's "
+                               "kernels may use; 1 leaves them unlimited)")]
+    if share == 1:
+        return []
+    if not a.share_devices:
+        return [(SM_SHARE_KEY, f"{share} is only read with async_rollout.share_devices=true (it caps the SMs of a "
+                               "replica that shares the actor's GPU); leave it at 1")]
+    if a.mps == "disabled":
+        return [(SM_SHARE_KEY, f"{share} has no effect with async_rollout.mps=disabled (the cap is MPS's "
+                               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); use mps=auto or required, or leave it at 1")]
     return []
 
 

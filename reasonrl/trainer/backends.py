@@ -64,7 +64,7 @@ class RayBackend:
 
         from reasonrl.controller.layout import check_layout
         from reasonrl.controller.placement import node_capacities
-        from reasonrl.memory.shared_gpu import allocator_env
+        from reasonrl.memory.shared_gpu import allocator_env, engine_sm_env
 
         from reasonrl.controller.mps import prepare_shared_gpu
 
@@ -94,9 +94,11 @@ class RayBackend:
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
             concurrency = 2 if cfg.rollout.partial else 1  # partial rollouts: weights staged while generating
             if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
+                # under MPS the replica's kernels may be capped to a share of the SMs (the actor's are not)
+                replica_env = {**env, **engine_sm_env(cfg.async_rollout.engine_sm_share)} if cuda else env
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
-                                              max_concurrency=concurrency, worker_env=env)
+                                              max_concurrency=concurrency, worker_env=replica_env)
             elif plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,

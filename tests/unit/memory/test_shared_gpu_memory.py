@@ -104,3 +104,49 @@ def test_workers_of_a_shared_gpu_get_expandable_segments_unless_the_user_chose()
     assert allocator_env(True, "cuda", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) == {}  # the user's
     assert allocator_env(False, "cuda", {}) == {}  # colocated or separate pools: torch's default allocator
     assert allocator_env(True, "cpu", {}) == {}
+
+
+def test_the_replicas_sm_share_is_a_whole_percent_for_mps():
+    from reasonrl.memory.shared_gpu import engine_sm_env
+
+    assert engine_sm_env(1.0) == {}  # no cap: the variable is not set at all
+    assert engine_sm_env(0.5) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    assert engine_sm_env(0.333) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}  # 33.3 rounds to 33
+    assert engine_sm_env(0.004) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1"}  # 0.4 would round to 0: at least 1
+
+
+def test_only_the_replica_of_a_shared_gpu_is_started_with_the_sm_cap(monkeypatch):
+    """``RayBackend.start``'s worker environments, with ``WorkerGroup`` and Ray's start replaced (no actor is built):
+    the actor gets the allocator setting alone, the replica that and its SM cap (0.5 -> 50 percent)."""
+    import contextlib
+    import types
+
+    import reasonrl.controller as controller
+    import reasonrl.controller.layout as layout
+    import reasonrl.controller.mps as mps
+    import reasonrl.controller.placement as placement
+    import reasonrl.trainer.backends as backends
+
+    made = []
+
+    class Group:
+        def __init__(self, worker_cls, world_size, use_gpu, cpus, kwargs, worker_env=None, **_):
+            made.append((worker_cls, worker_env))
+            self.world_size = world_size
+
+        def info(self):
+            return []
+
+    monkeypatch.setattr(controller, "WorkerGroup", Group)
+    monkeypatch.setattr(controller, "start_ray", lambda *a, **k: None)
+    monkeypatch.setattr(layout, "check_layout", lambda cfg, capacities: types.SimpleNamespace(table=lambda: ""))
+    monkeypatch.setattr(placement, "node_capacities", lambda: {})
+    monkeypatch.setattr(mps, "prepare_shared_gpu", lambda *a: None)
+    monkeypatch.setattr(backends, "library_output", types.SimpleNamespace(after_ray_start=lambda: None))
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    cfg = config(*WORKLOAD, "async_rollout.share_devices=true", "async_rollout.engine_sm_share=0.5")
+    plan = gpu_plan(cfg, 1)
+    backend = backends.RayBackend(actor_worker=int, critic_worker=float, rollout_worker=str)  # stand-ins, never built
+    backend.start(cfg, plan, "/no/model", lambda phase: contextlib.nullcontext())
+    allocator = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert made == [(int, allocator), (str, {**allocator, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})]
