@@ -45,6 +45,11 @@ class AsyncRolloutConfig:
     (rounded to a whole percent, at least 1); 1.0 leaves it unset (no limit). Decode is memory-bound and needs few
     SMs; a cap leaves the rest to the update that runs beside it (docs/async.md). Without a daemon it has no effect.
     Not yet measured on a GPU."""
+    actor_sm_share: float = 1.0
+    """The same cap for the trainer's side of a shared GPU (the actor's process, and the critic's with PPO): its
+    kernels may use this share of the SMs, the replica the rest and whatever the trainer leaves idle. The update's
+    matmuls fill every SM they are given and starve the replica's memory-bound decode beside them; a cap keeps SMs
+    for the decode. 1.0: no cap. Not yet measured on a GPU."""
 
 
 @dataclass

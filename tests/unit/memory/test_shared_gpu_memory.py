@@ -106,18 +106,19 @@ def test_workers_of_a_shared_gpu_get_expandable_segments_unless_the_user_chose()
     assert allocator_env(True, "cpu", {}) == {}
 
 
-def test_the_replicas_sm_share_is_a_whole_percent_for_mps():
-    from reasonrl.memory.shared_gpu import engine_sm_env
+def test_an_sm_share_is_a_whole_percent_for_mps():
+    from reasonrl.memory.shared_gpu import sm_share_env
 
-    assert engine_sm_env(1.0) == {}  # no cap: the variable is not set at all
-    assert engine_sm_env(0.5) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
-    assert engine_sm_env(0.333) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}  # 33.3 rounds to 33
-    assert engine_sm_env(0.004) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1"}  # 0.4 would round to 0: at least 1
+    assert sm_share_env(1.0) == {}  # no cap: the variable is not set at all
+    assert sm_share_env(0.5) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    assert sm_share_env(0.333) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}  # 33.3 rounds to 33
+    assert sm_share_env(0.004) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1"}  # 0.4 would round to 0: at least 1
 
 
-def test_only_the_replica_of_a_shared_gpu_is_started_with_the_sm_cap(monkeypatch):
+def test_each_side_of_a_shared_gpu_is_started_with_its_own_sm_cap(monkeypatch):
     """``RayBackend.start``'s worker environments, with ``WorkerGroup`` and Ray's start replaced (no actor is built):
-    the actor gets the allocator setting alone, the replica that and its SM cap (0.5 -> 50 percent)."""
+    the actor gets the allocator setting and its cap (0.8 -> 80 percent), the replica the allocator setting and its
+    own (0.5 -> 50)."""
     import contextlib
     import types
 
@@ -144,9 +145,11 @@ def test_only_the_replica_of_a_shared_gpu_is_started_with_the_sm_cap(monkeypatch
     monkeypatch.setattr(mps, "prepare_shared_gpu", lambda *a: None)
     monkeypatch.setattr(backends, "library_output", types.SimpleNamespace(after_ray_start=lambda: None))
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
-    cfg = config(*WORKLOAD, "async_rollout.share_devices=true", "async_rollout.engine_sm_share=0.5")
+    cfg = config(*WORKLOAD, "async_rollout.share_devices=true", "async_rollout.engine_sm_share=0.5",
+                 "async_rollout.actor_sm_share=0.8")
     plan = gpu_plan(cfg, 1)
     backend = backends.RayBackend(actor_worker=int, critic_worker=float, rollout_worker=str)  # stand-ins, never built
     backend.start(cfg, plan, "/no/model", lambda phase: contextlib.nullcontext())
     allocator = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert made == [(int, allocator), (str, {**allocator, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})]
+    assert made == [(int, {**allocator, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "80"}),
+                    (str, {**allocator, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})]
