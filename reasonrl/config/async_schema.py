@@ -39,17 +39,6 @@ class AsyncRolloutConfig:
     """With ``share_devices``: the share of each shared GPU's memory the replica's vLLM engine takes (its
     ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); the rest is
     the trainer's. The memory plan checks both together before anything loads."""
-    engine_sm_share: float = 1.0
-    """With ``share_devices`` under MPS (``mps`` ``auto`` or ``required``, with a daemon running): the share of the
-    GPU's SMs the replica's kernels may use, set as ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the replica's process
-    (rounded to a whole percent, at least 1); 1.0 leaves it unset (no limit). Decode is memory-bound and needs few
-    SMs; a cap leaves the rest to the update that runs beside it (docs/async.md). Without a daemon it has no effect.
-    Not yet measured on a GPU."""
-    actor_sm_share: float = 1.0
-    """The same cap for the trainer's side of a shared GPU (the actor's process, and the critic's with PPO): its
-    kernels may use this share of the SMs, the replica the rest and whatever the trainer leaves idle. The update's
-    matmuls fill every SM they are given and starve the replica's memory-bound decode beside them; a cap keeps SMs
-    for the decode. 1.0: no cap. Not yet measured on a GPU."""
 
 
 @dataclass

@@ -66,7 +66,6 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
         out.append(("async_rollout.share_devices", f"needs trainer.mode=async (not {cfg.trainer.mode}): the colocated "
                                                    "engine already lives on the actor's GPU (and sleeps while it trains)"))
     out += mps_problems(cfg.async_rollout)
-    out += sm_share_problems(cfg.async_rollout)
     if cfg.trainer.mode != "async":
         return out
     a = cfg.async_rollout
@@ -114,29 +113,6 @@ def mps_problems(a) -> List[Problem]:
         return [("async_rollout.mps", "required is only read with async_rollout.share_devices=true (a GPU the actor "
                                       "shares with its replica)")]
     return []
-
-
-SM_SHARE_KEYS = ("engine_sm_share", "actor_sm_share")
-"""``async_rollout``'s caps on the SMs of a shared GPU's two sides (MPS's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``)."""
-
-
-def sm_share_problems(a) -> List[Problem]:
-    """``async_rollout.engine_sm_share`` and ``actor_sm_share``: in (0, 1]; below 1 only where the replica shares a
-    GPU under MPS (the cap is an MPS client's setting: without a shared GPU or with ``mps=disabled`` it would be
-    silently ignored)."""
-    out: List[Problem] = []
-    for name in SM_SHARE_KEYS:
-        key, share = f"async_rollout.{name}", getattr(a, name)
-        if not 0 < share <= 1:  # NaN too
-            out.append((key, f"{share} is out of range; allowed: (0, 1] (the share of the GPU's SMs that side's "
-                             "kernels may use; 1 leaves them unlimited)"))
-        elif share < 1 and not a.share_devices:
-            out.append((key, f"{share} is only read with async_rollout.share_devices=true (it caps the SMs of one "
-                             "side of a GPU the actor shares with its replica); leave it at 1"))
-        elif share < 1 and a.mps == "disabled":
-            out.append((key, f"{share} has no effect with async_rollout.mps=disabled (the cap is MPS's "
-                             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); use mps=auto or required, or leave it at 1"))
-    return out
 
 
 def shared_device_problems(cfg) -> List[Problem]:

@@ -76,17 +76,3 @@ def allocator_env(share_devices: bool, device: str, environ: Mapping[str, str]) 
     if not (share_devices and device == "cuda") or "PYTORCH_CUDA_ALLOC_CONF" in environ:
         return {}
     return dict(ALLOCATOR_ENV)
-
-
-SM_SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-"""MPS's per-client cap on the SMs a process's kernels may use, in percent, read when the process initialises CUDA
-(``async_rollout.engine_sm_share`` in the replica's process, ``actor_sm_share`` in the actor's and critic's)."""
-
-
-def sm_share_env(share: float) -> Dict[str, str]:
-    """A process's ``SM_SHARE_ENV`` for ``share`` (``async_rollout.engine_sm_share`` or ``actor_sm_share``): a whole
-    percent, at least 1 (0.333 -> 33, 0.004 -> 1); nothing for 1.0 (no cap). Read by MPS only: without a daemon it
-    has no effect."""
-    if share >= 1:
-        return {}
-    return {SM_SHARE_ENV: str(max(1, round(100 * share)))}

@@ -64,7 +64,7 @@ class RayBackend:
 
         from reasonrl.controller.layout import check_layout
         from reasonrl.controller.placement import node_capacities
-        from reasonrl.memory.shared_gpu import allocator_env, sm_share_env
+        from reasonrl.memory.shared_gpu import allocator_env
 
         from reasonrl.controller.mps import prepare_shared_gpu
 
@@ -81,26 +81,22 @@ class RayBackend:
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
         env = allocator_env(plan.share_devices, plan.device, os.environ)  # a shared GPU: expandable segments
-        # under MPS each side of a shared GPU may be capped to a share of its SMs (async_rollout.*_sm_share)
-        capped = plan.share_devices and cuda
-        actor_env = {**env, **sm_share_env(cfg.async_rollout.actor_sm_share)} if capped else env
-        replica_env = {**env, **sm_share_env(cfg.async_rollout.engine_sm_share)} if capped else env
         # async_rollout.share_devices: each actor bundle has room for a replica (rank r's GPU, the same CPUs again)
         room = {"CPU": 2 * cpus, **({"GPU": 1.0} if cuda else {})} if plan.share_devices else None
         with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks,
-                                        bundle_room=room, worker_env=actor_env), layout=layout)
+                                        bundle_room=room, worker_env=env), layout=layout)
             groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
-                                            gpu_fraction=plan.gpu_share, worker_env=actor_env)
+                                            gpu_fraction=plan.gpu_share, worker_env=env)
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
             concurrency = 2 if cfg.rollout.partial else 1  # partial rollouts: weights staged while generating
             if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
-                                              max_concurrency=concurrency, worker_env=replica_env)
+                                              max_concurrency=concurrency, worker_env=env)
             elif plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,

@@ -68,49 +68,10 @@ def test_the_layout_puts_the_replicas_on_the_actors_pool():
      "unknown 'always'; choose one of auto, required, disabled"),
     (["async_rollout.mps=required"], "async_rollout.mps",
      "required is only read with async_rollout.share_devices=true"),
-    ([*SHARED, "async_rollout.engine_sm_share=0"], "async_rollout.engine_sm_share",
-     "0.0 is out of range; allowed: (0, 1]"),
-    ([*SHARED, "async_rollout.engine_sm_share=1.5"], "async_rollout.engine_sm_share",
-     "1.5 is out of range; allowed: (0, 1]"),
-    (["trainer.mode=async", "fleet.enabled=true", "data.train_batch_size=8", "async_rollout.engine_sm_share=0.5"],
-     "async_rollout.engine_sm_share", "0.5 is only read with async_rollout.share_devices=true"),
-    ([*SHARED, "async_rollout.mps=disabled", "async_rollout.engine_sm_share=0.5"], "async_rollout.engine_sm_share",
-     "0.5 has no effect with async_rollout.mps=disabled"),
-    ([*SHARED, "async_rollout.actor_sm_share=0"], "async_rollout.actor_sm_share",
-     "0.0 is out of range; allowed: (0, 1]"),
-    (["trainer.mode=async", "fleet.enabled=true", "data.train_batch_size=8", "async_rollout.actor_sm_share=0.7"],
-     "async_rollout.actor_sm_share", "0.7 is only read with async_rollout.share_devices=true"),
-    ([*SHARED, "async_rollout.mps=disabled", "async_rollout.actor_sm_share=0.7"], "async_rollout.actor_sm_share",
-     "0.7 has no effect with async_rollout.mps=disabled"),
 ])
 def test_unsupported_shared_layouts_are_refused_naming_the_keys(args, key, words):
     with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{re.escape(words)}"):
         load_config(args, cuda_available=False)
-
-
-def test_an_sm_share_below_1_is_kept_with_a_shared_gpu_under_mps():
-    assert gpu_cfg(*SHARED, "async_rollout.engine_sm_share=0.5").async_rollout.engine_sm_share == 0.5  # mps=auto
-    assert gpu_cfg(*SHARED, "async_rollout.mps=required", "async_rollout.engine_sm_share=0.25") \
-        .async_rollout.engine_sm_share == 0.25
-    assert gpu_cfg("async_rollout.mps=disabled").async_rollout.engine_sm_share == 1.0  # the default: no cap, no rule
-    assert gpu_cfg(*SHARED, "async_rollout.actor_sm_share=0.7").async_rollout.actor_sm_share == 0.7
-
-
-def test_the_combination_rules_refuse_an_sm_share_out_of_range_themselves():
-    """``load_config`` stops an out-of-range value at its interval first (``ranges.py``); a config built in code
-    (``RunPlan.build``'s rules) hears it from the rule, not the later rules' misleading reasons."""
-    from dataclasses import replace
-
-    from reasonrl.config.combinations import combination_problems
-
-    cfg = gpu_cfg(*SHARED)
-    for share in (0.0, -0.5, 1.01, float("nan")):
-        bad = replace(cfg, async_rollout=replace(cfg.async_rollout, share_devices=False, engine_sm_share=share))
-        (key, message), = [p for p in combination_problems(bad) if p[0] == "async_rollout.engine_sm_share"]
-        assert message.startswith(f"{share} is out of range; allowed: (0, 1]")
-        bad = replace(cfg, async_rollout=replace(cfg.async_rollout, share_devices=False, actor_sm_share=share))
-        (key, message), = [p for p in combination_problems(bad) if p[0] == "async_rollout.actor_sm_share"]
-        assert message.startswith(f"{share} is out of range; allowed: (0, 1]")
 
 
 def test_replicas_must_match_the_actor_ranks_the_gpus_give():
