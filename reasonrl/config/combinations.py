@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from .async_schema import MPS_MODES
+from .rollout_schema import PARTIAL_MODES
 
 Problem = Tuple[str, str]
 """(the key to change, why)."""
@@ -59,6 +60,16 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     if r.partial and not cfg.fleet.continuous:
         out.append(("rollout.partial", "needs fleet.continuous=true: weights reach a response in flight only while "
                                        "the fleet generates continuously"))
+    if r.partial_mode not in PARTIAL_MODES:
+        out.append(("rollout.partial_mode", f"unknown {r.partial_mode!r}; choose one of {', '.join(PARTIAL_MODES)}"))
+    if r.partial and r.partial_mode == "in_engine" and engine not in ("vllm", "auto"):
+        out.append(("rollout.partial_mode", f"in_engine needs rollout.engine=vllm (the {engine} engine is not stepped "
+                                            "request by request): use segments"))
+    if (r.partial and r.partial_mode == "in_engine" and cfg.actor.lora.rank > 0
+            and not cfg.actor.lora.merge_for_rollout):
+        out.append(("rollout.partial_mode", "in_engine is not supported with an adapter-only LoRA sync "
+                                            "(actor.lora.merge_for_rollout=false): a request in flight keeps the "
+                                            "adapter it started with; use segments"))
     if r.partial and cfg.tool.enabled:
         out.append(("rollout.partial", "is not supported with tool.enabled yet (a multi-turn trajectory's turns are "
                                        "not segmented): a trajectory runs under the weights its call started with"))

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+PARTIAL_MODES = ("segments", "in_engine")
+"""The values of ``rollout.partial_mode``."""
+
 
 @dataclass
 class RolloutConfig:
@@ -78,3 +81,9 @@ class RolloutConfig:
     partial_segment_tokens: int = 64
     """With ``rollout.partial``: most new tokens per segment, so the longest a new weight version waits to reach
     the responses in flight (smaller: fresher tokens, more engine calls per response)."""
+    partial_mode: str = "segments"
+    """With ``rollout.partial``: how new weights reach the responses in flight. segments: engine calls of
+    ``partial_segment_tokens`` new tokens, the weights loaded between two calls and each unfinished response continued
+    from its prefix (any engine). in_engine: vLLM only; the requests stay in the engine (their KV cache kept) and the
+    weights are loaded between two engine steps, so the next token already comes from them (vLLM's asynchronous
+    scheduling is turned off for it). Not yet measured on a GPU (docs/async.md)."""

@@ -19,6 +19,10 @@ The bookkeeping (``Sequence``, ``segment_budget``, ``absorb``) is pure, so it is
 The loop uses it through the fleet's replicas with ``rollout.partial`` (``EngineHost.use_generator``; docs/async.md,
 "Partial rollouts"). The installed vLLM also has ``AsyncLLM.pause_generation(mode="keep")``, which keeps the KV cache
 of the paused requests; it is not used: that path would need the asynchronous engine in every replica.
+
+``InEngineGenerator`` (``rollout.partial_mode=in_engine``, vLLM only) is the "pause and keep" form on the offline
+engine: it steps vLLM's ``LLMEngine`` itself and loads new weights between two steps, the requests staying in the
+engine with their KV cache (tests/unit/rollout/test_partial_in_engine.py).
 """
 from __future__ import annotations
 
@@ -161,3 +165,42 @@ class SegmentedGenerator:
         done = [VersionedCompletion(s.token_ids, t, s.logprobs if sampling.logprobs else [], s.finish_reason,
                                     s.versions) for s, t in zip(seqs, texts)]
         return [done[i * n:(i + 1) * n] for i in range(len(prompt_token_ids))]
+
+
+class InEngineGenerator:
+    """A generator (the engine's ``generate`` signature) that keeps every request inside vLLM and loads new weights
+    between two engine steps (``rollout.partial_mode=in_engine``; ``VLLMRolloutEngine.generate_steps``): a response
+    in flight keeps its KV cache and its next token already comes from the new weights, with no new engine call and
+    no re-prefill ("pause and keep", where ``SegmentedGenerator`` is "stop and continue from the prefix").
+
+    ``version``, ``latest_version`` and ``load_version`` as for ``SegmentedGenerator``: ``latest_version()`` is asked
+    once before the call's requests are added and then before every engine step; when it is newer than the engine's,
+    ``load_version(v)`` is called (it loads the weights into the same engine) and the tokens of later steps are
+    stamped ``v``. The tokens of a step are stamped with the version the engine held when that step ran (the engine
+    runs no step ahead: vLLM's asynchronous scheduling is off in this mode). ``self.steps`` counts the engine steps.
+    """
+
+    def __init__(self, engine, version: int, latest_version: Callable[[], int],
+                 load_version: Callable[[int], None]) -> None:
+        self.engine, self.version = engine, version
+        self.latest_version, self.load_version = latest_version, load_version
+        self.steps = 0
+
+    def _refresh(self) -> int:
+        latest = self.latest_version()
+        if latest > self.version:
+            self.load_version(latest)
+            self.version = latest
+        return self.version
+
+    def _before_step(self) -> int:
+        self.steps += 1
+        return self._refresh()
+
+    def generate(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> List[List[VersionedCompletion]]:
+        """For each prompt, ``sampling.n`` completions in prompt order, as the engine's ``generate`` gives them, each
+        with the version of every token (log-probs only when the call asks for them)."""
+        if not prompt_token_ids:
+            return []
+        self._refresh()  # before the requests go in: the call starts under the newest weights, its prefix cache reset
+        return self.engine.generate_steps(prompt_token_ids, sampling, self._before_step)

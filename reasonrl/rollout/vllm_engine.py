@@ -23,14 +23,14 @@ import os
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vllm is imported: run the engine in-process
 
-from typing import FrozenSet, Iterable, List, Optional, Tuple  # noqa: E402
+from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple  # noqa: E402
 
 import torch  # noqa: E402
 
 from reasonrl.config.device_defaults import enforce_eager_for  # noqa: E402
 from reasonrl.config.schema import RolloutConfig  # noqa: E402
 from reasonrl.models.loader import ties_word_embeddings  # noqa: E402
-from reasonrl.rollout import vllm_compat  # noqa: E402
+from reasonrl.rollout import vllm_compat, vllm_stepper  # noqa: E402
 from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams  # noqa: E402
 from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
 
@@ -105,11 +105,16 @@ class VLLMRolloutEngine:
         self._reload_open = False
         self._reload_names: set = set()  # HF names loaded in the open CPU reload session
         self._needs_cache_reset = False
+        self._stale_prefix_cache = False  # a sync ended while requests ran: reset once none does
+        self.prefix_cache_resets = 0  # prefix-cache resets done (tests observe the deferred one)
         self.last_sync: dict = {}
         kwargs = vllm_compat.engine_kwargs(
             model_path, dtype, cfg.seed, enforce_eager_for(cfg.enforce_eager, device), max_model_len, self.on_cpu,
             int(cfg.kv_cache_gb * GIB), cfg.gpu_memory_utilization, self.supports_sleep,
-            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens)
+            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+            # weights that change between two engine steps need each step's tokens back before the next step runs
+            async_scheduling=(vllm_compat.ASYNC_SCHEDULING_OFF if cfg.partial and cfg.partial_mode == "in_engine"
+                              else None))
         kwargs.update(tensor_parallel_kwargs(cfg.tensor_parallel_size))
         kwargs.update(vllm_compat.lora_kwargs(lora_rank))
         self._lora = None  # the LoRARequest of the adapter every call uses (load_adapter), None: the base model
@@ -133,16 +138,9 @@ class VLLMRolloutEngine:
         """For each prompt, ``sampling.n`` completions (token ids, text, sampled-token log-probs, finish reason).
         The log-probs are vLLM's processed ones (``vllm_compat.PROCESSED_LOGPROBS``): of the distribution each token
         was sampled from, after temperature, top-k and top-p; for greedy samples, of the raw logits."""
-        self._ready_for_use()
+        copies = self._check_prompts(prompt_token_ids, sampling)
         if not prompt_token_ids:
             return []
-        for i, ids in enumerate(prompt_token_ids):
-            if len(ids) == 0:
-                raise ValueError(f"prompt {i} is empty")
-            if len(ids) >= self.max_model_len:
-                raise ValueError(f"prompt {i} has {len(ids)} tokens; max_model_len is {self.max_model_len}")
-        # vLLM refuses n > 1 at temperature 0; greedy samples are all alike, so ask n times for one each.
-        copies = sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
         requests = [vllm_compat.tokens_prompt(ids) for ids in prompt_token_ids for _ in range(copies)]
         outputs = self.llm.generate(requests, self._vllm_sampling(sampling, n=sampling.n // copies), use_tqdm=False,
                                     lora_request=self._lora)
@@ -152,6 +150,38 @@ class VLLMRolloutEngine:
         texts = iter(self.llm.get_tokenizer().batch_decode([c.token_ids for c in samples], skip_special_tokens=True))
         completions = [[self._completion(c, next(texts)) for c in out.outputs] for out in outputs]
         return [sum(completions[i * copies:(i + 1) * copies], []) for i in range(len(prompt_token_ids))]
+
+    def generate_steps(self, prompt_token_ids: List[List[int]], sampling: SamplingParams,
+                       before_step: Callable[[], int]) -> list:
+        """``generate``'s completions (same sampling, same fields), as ``partial.VersionedCompletion``s, generated one
+        engine step at a time (``vllm_stepper``): ``before_step()`` runs before every step, may load new weights
+        (the requests stay in the engine with their KV cache) and returns the version that stamps the step's
+        tokens. A sync that ends mid-flight cannot drop the prefix cache; the next call does, before its requests."""
+        from reasonrl.rollout.partial import VersionedCompletion
+
+        copies = self._check_prompts(prompt_token_ids, sampling)
+        if not prompt_token_ids:
+            return []
+        prompts = [ids for ids in prompt_token_ids for _ in range(copies)]
+        groups = vllm_stepper.run(self.llm, prompts, self._vllm_sampling(sampling, n=sampling.n // copies),
+                                  self._lora, before_step)
+        samples = [s for group in groups for s in group]
+        texts = self.llm.get_tokenizer().batch_decode([s.token_ids for s in samples], skip_special_tokens=True)
+        done = [VersionedCompletion(s.token_ids, t, s.logprobs, s.finish_reason, s.versions)
+                for s, t in zip(samples, texts)]
+        per = sampling.n
+        return [done[i * per:(i + 1) * per] for i in range(len(prompt_token_ids))]
+
+    def _check_prompts(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> int:
+        """Ready the engine, refuse empty or too long prompts; the requests per prompt (``copies``): vLLM refuses
+        n > 1 at temperature 0, and greedy samples are all alike, so a greedy prompt is asked n times for one."""
+        self._ready_for_use()
+        for i, ids in enumerate(prompt_token_ids):
+            if len(ids) == 0:
+                raise ValueError(f"prompt {i} is empty")
+            if len(ids) >= self.max_model_len:
+                raise ValueError(f"prompt {i} has {len(ids)} tokens; max_model_len is {self.max_model_len}")
+        return sampling.n if sampling.temperature <= 0 and sampling.n > 1 else 1
 
     def _vllm_sampling(self, sampling: SamplingParams, n: int):
         # sampling.seed is not passed on: a per-request seed with n > 1 crashes vLLM on CPU; the engine is
@@ -164,8 +194,8 @@ class VLLMRolloutEngine:
     def _completion(out, text: str) -> Completion:
         token_ids = out.token_ids if type(out.token_ids) is list else list(out.token_ids)
         logprobs = vllm_compat.sampled_logprobs(out)
-        reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
-        return Completion(token_ids=token_ids, text=text, logprobs=logprobs, finish_reason=reason)
+        return Completion(token_ids=token_ids, text=text, logprobs=logprobs,
+                          finish_reason=vllm_stepper.finish_reason(out.finish_reason))
 
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """Log-probabilities (temperature 1) of each response token given its prompt under the engine's
@@ -238,7 +268,8 @@ class VLLMRolloutEngine:
         save_adapter_dir(directory, {n: t.float() for n, t in named_tensors}, adapter_config)
         old, self._lora_dir = self._lora_dir, directory
         self._lora = vllm_compat.lora_request(f"reasonrl_v{self._lora_versions}", self._lora_versions, directory)
-        self.llm.reset_prefix_cache()  # cached KV was computed under the old adapter
+        self._stale_prefix_cache = True  # cached KV was computed under the old adapter
+        self._reset_stale_prefix_cache()
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -253,12 +284,21 @@ class VLLMRolloutEngine:
             incomplete = self.llm.collective_rpc(vllm_compat.worker_reload_finish)[0]
             self._reload_open, self._reload_names = False, set()
         if self._needs_cache_reset:
-            self.llm.reset_prefix_cache()  # prefix-cached KV was computed with the old weights
+            self._stale_prefix_cache = True  # prefix-cached KV was computed with the old weights
             self._needs_cache_reset = False
+        self._reset_stale_prefix_cache()
         if incomplete:
             raise RuntimeError("weight sync incomplete: these fused layers got only some of their parts and kept "
                                "their old weights: " + ", ".join(incomplete[:10])
                                + (" ..." if len(incomplete) > 10 else ""))
+
+    def _reset_stale_prefix_cache(self) -> None:
+        """Drop the prefix cache if a sync made it stale, unless requests are running (``generate_steps`` loading
+        weights between two steps): vLLM cannot drop blocks in use, so the reset waits for the next call."""
+        if self._stale_prefix_cache and not self.llm.llm_engine.has_unfinished_requests():
+            if self.llm.reset_prefix_cache() is not False:  # 0.26.0 and 0.32.0 return whether it was done
+                self._stale_prefix_cache = False
+                self.prefix_cache_resets += 1
 
     def _ready_for_use(self) -> None:
         if self._asleep:

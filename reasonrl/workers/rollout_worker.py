@@ -8,8 +8,9 @@ staleness instead of assuming it.
 
 With ``rollout.partial`` (a fleet replica under ``fleet.continuous``) the worker runs as a threaded Ray actor (two
 calls at once, ``WorkerGroup(max_concurrency=2)``): ``stage_published`` hands it a newer weight version while
-``generate`` runs, and the generation (``rollout.partial.SegmentedGenerator``) loads it between two segments, so
-each response token records the version that produced it; staging only stores the weights.
+``generate`` runs, and the generation (``rollout.partial.SegmentedGenerator``) loads it between two segments
+(``rollout.partial_mode=in_engine``: ``InEngineGenerator``, between two vLLM engine steps), so each response token
+records the version that produced it; staging only stores the weights.
 
 The engine is built on, and only ever called from, one thread of its own (``engine_thread.EngineThread``): a threaded
 actor runs its calls on several threads, and vLLM driven from two threads faulted on a GPU. Every method that
@@ -31,7 +32,7 @@ from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample
 from reasonrl.models import load_tokenizer, torch_dtype
 from reasonrl.models.lora import adapter_config_for, is_adapter_param
-from reasonrl.rollout.partial import SegmentedGenerator
+from reasonrl.rollout.partial import InEngineGenerator, SegmentedGenerator
 from reasonrl.rollout.weight_sync import iter_buckets
 
 from . import weight_transfer
@@ -62,7 +63,9 @@ class RolloutWorker:
         self._staged: Optional[tuple] = None  # (weights, version) published while a generation runs
         self._staged_lock = threading.Lock()
         self.partial = self.cfg.rollout.partial
-        if self.partial:
+        if self.partial and self.cfg.rollout.partial_mode == "in_engine":
+            self.host.use_generator(InEngineGenerator(engine, 0, self._latest_version, self._load_staged))
+        elif self.partial:
             self.host.use_generator(SegmentedGenerator(engine, self.tokenizer, self.cfg.rollout.partial_segment_tokens,
                                                        0, self._latest_version, self._load_staged))
 

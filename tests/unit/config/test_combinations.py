@@ -217,3 +217,21 @@ def test_supported_pairs_train_a_real_step(combo, tiny_policy, tmp_path):
         assert "timing_s/old_log_probs" in m and "timing_s/ref_log_probs" in m and "actor/kl" in m
     if branch == "no_old_pass":  # one optimizer step per batch: the update's own log-probs are the old ones
         assert "timing_s/old_log_probs" not in m and "actor/entropy" in m
+
+
+PARTIAL = ["task=arith", "trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true", "rollout.partial=true"]
+
+
+def test_partial_rollouts_in_the_engine_need_vllm():
+    cfg = load_config(PARTIAL + ["rollout.engine=vllm", "rollout.partial_mode=in_engine"], cuda_available=False)[0]
+    assert cfg.rollout.partial_mode == "in_engine"
+    assert load_config(PARTIAL + ["rollout.engine=hf"], cuda_available=False)[0].rollout.partial_mode == "segments"
+    for bad, words in ((["rollout.engine=hf", "rollout.partial_mode=in_engine"], "in_engine needs rollout.engine=vllm"),
+                       (["rollout.partial_mode=pause"], "unknown 'pause'; choose one of segments, in_engine"),
+                       (["rollout.engine=vllm", "rollout.partial_mode=in_engine", "actor.lora.rank=4"],
+                        "adapter-only LoRA sync")):
+        with pytest.raises(ConfigError) as err:
+            load_config(PARTIAL + bad, cuda_available=False)
+        assert "rollout.partial_mode" in str(err.value) and words in str(err.value)
+    load_config(PARTIAL + ["rollout.engine=vllm", "rollout.partial_mode=in_engine", "actor.lora.rank=4",
+                           "actor.lora.merge_for_rollout=true"], cuda_available=False)
