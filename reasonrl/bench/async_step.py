@@ -37,14 +37,17 @@ class BenchRolloutWorker(RolloutWorker):
     @dispatch(ONE_TO_ALL)
     def bench_set_lengths(self, lengths: List[int]) -> int:
         """Every generate call of this replica's vLLM engine that ignores EOS gives its j-th sample ``lengths[j]``
-        tokens (``with_per_sample_lengths``); a call holding the whole round takes the whole list. Returns its
-        length."""
+        tokens (``with_per_sample_lengths``); a call holding the whole round takes the whole list; the requests
+        that ``rollout.partial_mode=in_engine`` adds to the engine itself take them in turn
+        (``with_per_sample_added_lengths``). Returns its length."""
         if not hasattr(self.host.engine, "llm"):
             raise ValueError("per-sample response lengths need the vLLM engine (rollout.engine=vllm)")
-        from reasonrl.bench.lengths import with_per_sample_lengths
+        from reasonrl.bench.lengths import with_per_sample_added_lengths, with_per_sample_lengths
 
         llm = self.host.engine.llm
         llm.generate = with_per_sample_lengths(type(llm).generate.__get__(llm), list(lengths))
+        engine = llm.llm_engine
+        engine.add_request = with_per_sample_added_lengths(type(engine).add_request.__get__(engine), list(lengths))
         return len(lengths)
 
     @dispatch(ONE_TO_ALL)

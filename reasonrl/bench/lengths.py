@@ -11,7 +11,11 @@ EOS are changed (the benchmarks' generation; vLLM's prompt-log-prob calls pass t
 the engine they drive: gpu_grpo_step.py on the worker's engine, gpu_trl_anchor.py on ``vllm.LLM.generate`` before
 TRL builds its colocated engine; so both generate the same multiset of lengths every step.
 
-Partial rollouts (``rollout.partial``) generate a response in segments: the first call of a response asks for at
+``with_per_sample_added_lengths`` does the same for ``LLMEngine.add_request``, which partial rollouts in
+``rollout.partial_mode=in_engine`` use instead of ``LLM.generate`` (``rollout/vllm_stepper.py``: one request per
+sample, never cut, so each request that ignores EOS simply takes the next length).
+
+Partial rollouts (``rollout.partial``, ``partial_mode=segments``) generate a response in segments: the first call of a response asks for at
 most one segment, and each later call continues it from prompt + the tokens so far. The wrapper keeps a sample's
 length across its segments: a fresh sample's length ``L`` is cut to the call's own ``max_tokens`` ``M``, and when
 ``L > M`` the rest, ``L - M``, is owed to the call whose prompt is exactly this one's prompt + its output (the
@@ -94,5 +98,21 @@ def with_per_sample_lengths(generate: Callable, lengths: Sequence[int]) -> Calla
                 completion.index = index
             grouped.append(head)
         return grouped
+
+    return wrapped
+
+
+def with_per_sample_added_lengths(add_request: Callable, lengths: Sequence[int]) -> Callable:
+    """``add_request(request_id, prompt, params, ...)`` whose requests of one sample that ignore EOS take the next of
+    ``lengths`` as ``max_tokens`` (cut to their own cap); other requests pass unchanged."""
+    fresh = [0]  # requests given a length so far
+
+    def wrapped(request_id, prompt, params, *args, **kwargs):
+        if getattr(params, "ignore_eos", False) and getattr(params, "n", 1) == 1:
+            total = int(lengths[fresh[0] % len(lengths)])
+            fresh[0] += 1
+            params = params.clone()
+            params.max_tokens = max(1, min(total, params.max_tokens) if params.max_tokens else total)
+        return add_request(request_id, prompt, params, *args, **kwargs)
 
     return wrapped

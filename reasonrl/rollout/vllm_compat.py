@@ -168,8 +168,8 @@ def delta_params(params):
 def add_request(llm_engine, request_id: str, token_ids: Sequence[int], params, lora_request=None) -> None:
     """Queue one request of prompt ``token_ids`` on ``LLM.llm_engine`` (the V1 ``LLMEngine``), to be run by its
     ``step()``. ``add_request(request_id, prompt, params, lora_request=...)`` has this form in 0.26.0 and 0.32.0;
-    both keep ``request_id`` as the ``RequestOutput.request_id`` (an internal id gets a random suffix) and fan a
-    request of ``n`` > 1 out into ``n`` children whose outputs carry ``CompletionOutput.index``. 0.32.0 logs once
+    both keep ``request_id`` as the ``RequestOutput.request_id`` (an internal id gets a random suffix);
+    ``vllm_stepper`` adds one request per sample (``n`` = 1). 0.32.0 logs once
     that a raw prompt (not one rendered by ``LLM``'s renderer) is deprecated; it is still accepted."""
     llm_engine.add_request(request_id, tokens_prompt(token_ids), params, lora_request=lora_request)
 

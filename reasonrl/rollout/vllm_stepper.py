@@ -2,7 +2,10 @@
 
 ``LLM.generate`` adds its requests and runs ``LLMEngine.step()`` until all are finished, with nothing in between.
 Here the requests go onto the same ``LLMEngine`` (ids ``REQUEST_PREFIX`` + a counter, apart from ``LLM``'s own
-plain counter), asking for delta outputs (``vllm_compat.delta_params``: each step's new tokens only), and the loop
+plain counter), one request of one sample for each of a prompt's ``n`` samples (as vLLM's own parallel sampling
+runs them: a child request each, unseeded; one request per sample also lets the GPU benchmark give each sample its
+own length through ``add_request``, ``bench/lengths.py``), asking for delta outputs (``vllm_compat.delta_params``:
+each step's new tokens only), and the loop
 calls ``before_step()`` before every step. That call may change the engine's weights (partial rollouts in
 ``rollout.partial_mode=in_engine``): the requests stay in the engine with their KV cache, and later tokens come from
 the new weights ("pause and keep"). It returns the weight version that the next step runs under, which stamps the
@@ -63,23 +66,25 @@ def run(llm, prompts: Sequence[Sequence[int]], params, lora_request, before_step
     until every request is done and calling ``before_step()`` before each step. Requests still unfinished when an
     exception leaves the loop are aborted."""
     engine = llm.llm_engine
-    params = vllm_compat.delta_params(params)
-    ids = [f"{REQUEST_PREFIX}{next(_ids)}" for _ in prompts]
-    streams = {rid: [Stream() for _ in range(params.n)] for rid in ids}
+    n = params.n
+    one = vllm_compat.delta_params(params)
+    one.n = 1
+    ids = [f"{REQUEST_PREFIX}{next(_ids)}" for _ in range(len(prompts) * n)]
+    streams = {rid: Stream() for rid in ids}
     try:
-        for rid, prompt in zip(ids, prompts):
-            vllm_compat.add_request(engine, rid, prompt, params, lora_request)
+        for i, rid in enumerate(ids):
+            vllm_compat.add_request(engine, rid, prompts[i // n], one, lora_request)
         while engine.has_unfinished_requests():
             version = before_step()
             for out in engine.step():
-                group = streams.get(out.request_id)
-                if group is None:
+                stream = streams.get(out.request_id)
+                if stream is None:
                     raise RuntimeError(f"the engine returned request {out.request_id!r}, not one of this call's")
                 for c in out.outputs:
-                    absorb(group[c.index], c.token_ids, vllm_compat.sampled_logprobs(c), c.finish_reason, version)
+                    absorb(stream, c.token_ids, vllm_compat.sampled_logprobs(c), c.finish_reason, version)
     except BaseException:
-        unfinished = [rid for rid in ids if any(not s.finish_reason for s in streams[rid])]
+        unfinished = [rid for rid in ids if not streams[rid].finish_reason]
         if unfinished:
             engine.abort_request(unfinished)
         raise
-    return [streams[rid] for rid in ids]
+    return [[streams[rid] for rid in ids[i * n:(i + 1) * n]] for i in range(len(prompts))]

@@ -110,3 +110,24 @@ def test_a_length_that_fills_its_last_segment_owes_one_token_more():
         got.append(len(out))
         prompt = prompt + list(out)
     assert got == [4, 4, 1]
+
+
+def test_requests_added_to_the_engine_take_the_lengths_in_turn():
+    """``rollout.partial_mode=in_engine`` adds one request per sample to vLLM's engine: lengths [5, 70] against a cap
+    of 64 give max_tokens 5, then 64 (cut to the cap), then 5 again (the list wraps); a request that stops at EOS and
+    one of several samples pass unchanged, and the caller's params are not changed."""
+    from vllm import SamplingParams
+
+    from reasonrl.bench.lengths import with_per_sample_added_lengths
+
+    added = []
+    add = with_per_sample_added_lengths(lambda rid, prompt, params, **kw: added.append((rid, params, kw)), [5, 70])
+    params = SamplingParams(n=1, max_tokens=64, ignore_eos=True)
+    for rid in ("r0", "r1", "r2"):
+        add(rid, {"prompt_token_ids": [1, 2]}, params, lora_request=None)
+    assert [(rid, p.max_tokens) for rid, p, _ in added] == [("r0", 5), ("r1", 64), ("r2", 5)]
+    assert params.max_tokens == 64 and added[0][2] == {"lora_request": None}
+    plain, several = SamplingParams(max_tokens=8), SamplingParams(n=2, max_tokens=8, ignore_eos=True)
+    add("r3", {"prompt_token_ids": [1]}, plain)
+    add("r4", {"prompt_token_ids": [1]}, several)
+    assert added[3][1] is plain and added[4][1] is several
