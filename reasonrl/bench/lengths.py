@@ -15,19 +15,19 @@ TRL builds its colocated engine; so both generate the same multiset of lengths e
 ``rollout.partial_mode=in_engine`` use instead of ``LLM.generate`` (``rollout/vllm_stepper.py``: one request per
 sample, never cut, so each request that ignores EOS simply takes the next length).
 
-Partial rollouts (``rollout.partial``, ``partial_mode=segments``) generate a response in segments: the first call of a response asks for at
-most one segment, and each later call continues it from prompt + the tokens so far. The wrapper keeps a sample's
-length across its segments: a fresh sample's length ``L`` is cut to the call's own ``max_tokens`` ``M``, and when
-``L > M`` the rest, ``L - M``, is owed to the call whose prompt is exactly this one's prompt + its output (the
-continuation); such a prompt takes what it is owed (again cut to its call's cap) instead of a new length. Only fresh
-samples draw from ``lengths``, so a step generates the same multiset of lengths in segments as in one call, but for
-one thing: a length that is a multiple of the segment owes 0 after its last full segment, and since the segmented
-generator continues a sequence that filled its segment, that continuation gets 1 token (vLLM's least), so such a
-sample is 1 token longer. What is owed is kept until its continuation comes, whatever calls come between: the
+Partial rollouts (``rollout.partial``, ``partial_mode=segments``) generate a response in segments: the first call of a
+response asks for at most one segment, and each later call continues it from prompt + the tokens so far. The wrapper
+keeps a sample's length across its segments: a fresh sample's length ``L`` is cut to the call's own ``max_tokens``
+``M``, and when ``L > M`` the rest, ``L - M``, is owed to the call whose prompt is exactly this one's prompt + its
+output (the continuation); such a prompt takes what it is owed (again cut to its call's cap) instead of a new length.
+Only fresh samples draw from ``lengths``, so a step generates the same multiset of lengths in segments as in one call,
+but for one thing: a length that is a multiple of the segment owes 0 after its last full segment, and since the
+segmented generator continues a sequence that filled its segment, that continuation gets 1 token (vLLM's least), so such
+a sample is 1 token longer. What is owed is kept until its continuation comes, whatever calls come between: the
 continuous fleet (``fleet.continuous``) starts fresh groups in calls of their own while others are cut mid-response
-(forgetting what was owed at such a call gave the continuations fresh lengths). The 311,211 response tokens of the
-first partial step on a GPU against the 278,921 drawn (twenty-second and twenty-third sessions) had another cause:
-that batch started before the wrapper was set (``async_step.warmup_steps``).
+(forgetting what was owed at such a call gave the continuations fresh lengths). The 311,211 response tokens of the first
+partial step on a GPU against the 278,921 drawn (twenty-second and twenty-third sessions) had another cause: that batch
+started before the wrapper was set (``async_step.warmup_steps``).
 """
 from __future__ import annotations
 
