@@ -199,3 +199,26 @@ def make_reward_model(directory, base_path: str, seed: int = 0) -> str:
     model.save_pretrained(str(directory))
     tok.save_pretrained(str(directory))
     return str(directory)
+
+
+def perturbed_weights(model_path: str, scale: float = 0.01, seed: int = 0):
+    """The model's own weights (name -> tensor, from its safetensors) and a copy with seeded Gaussian noise of
+    ``scale`` added to every tensor: a second weight version whose greedy log-probs differ from the first."""
+    from safetensors.torch import load_file
+
+    own = load_file(str(Path(model_path) / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    return own, {k: v + scale * torch.randn(v.shape, generator=g) for k, v in own.items()}
+
+
+def generate_across_a_load(engine, generator, prompts, sampling, own):
+    """Run ``generator.generate`` (whose ``load_version`` loads other weights into ``engine`` mid-call) on
+    ``prompts``; score its first completion per prompt under the weights it ended on, then put ``own`` back (also
+    when the call fails) and score again. Returns (completions, log-probs under the new weights, under ``own``)."""
+    try:
+        out = [group[0] for group in generator.generate(prompts, sampling)]
+        new_lp = engine.sequence_logprobs(prompts, [c.token_ids for c in out])
+    finally:
+        engine.update_weights(own.items())
+        engine.finish_weight_update()
+    return out, new_lp, engine.sequence_logprobs(prompts, [c.token_ids for c in out])

@@ -91,21 +91,13 @@ def test_a_version_loaded_between_steps_stamps_the_tokens_after_it(vllm_engine, 
     """Asked once before the requests go in and once before each step: from the 4th question on, version 1 (a
     perturbed copy of the weights) is loaded before the 3rd step, so the first 2 tokens (the prefill's and one decode
     step's) are version 0's and the rest version 1's, computed on the KV cache kept from version 0."""
-    from safetensors.torch import load_file
+    from helpers import generate_across_a_load, perturbed_weights
 
-    own = load_file(str(Path(model_path) / "model.safetensors"))
-    g = torch.Generator().manual_seed(0)
-    other = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in own.items()}
+    own, other = perturbed_weights(model_path)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True, logprobs=True)
     before = [group[0] for group in vllm_engine.generate(prompts, sampling)]
     gen, loaded = _staged(vllm_engine, other, 4)
-    try:
-        out = [group[0] for group in gen.generate(prompts, sampling)]
-        new_lp = vllm_engine.sequence_logprobs(prompts, [c.token_ids for c in out])
-    finally:
-        vllm_engine.update_weights(own.items())
-        vllm_engine.finish_weight_update()
-    old_lp = vllm_engine.sequence_logprobs(prompts, [c.token_ids for c in out])
+    out, new_lp, old_lp = generate_across_a_load(vllm_engine, gen, prompts, sampling, own)
     assert loaded == [1] and gen.version == 1 and gen.steps == 16
     for c, b, old, new in zip(out, before, old_lp, new_lp):
         assert c.finish_reason == "length" and len(c.token_ids) == 16 and len(c.logprobs) == 16

@@ -3,11 +3,10 @@
 call's, token for token (EOS, stop tokens, stop strings, the budget), and a version bump between segments is
 recorded on exactly the tokens generated after it, which the new weights produced."""
 import os
-from pathlib import Path
 
 import pytest
-import torch
 from components import needs_vllm
+from helpers import generate_across_a_load, perturbed_weights
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
@@ -72,11 +71,7 @@ def test_segments_without_a_change_equal_one_call(vllm_engine, tokenizer, prompt
 
 
 def test_a_version_bump_is_recorded_on_the_tokens_after_it(vllm_engine, tokenizer, prompts, model_path):
-    from safetensors.torch import load_file
-
-    own = load_file(str(Path(model_path) / "model.safetensors"))
-    g = torch.Generator().manual_seed(0)
-    other = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in own.items()}
+    own, other = perturbed_weights(model_path)
     loaded = []
 
     def load(version):
@@ -86,13 +81,7 @@ def test_a_version_bump_is_recorded_on_the_tokens_after_it(vllm_engine, tokenize
 
     gen = SegmentedGenerator(vllm_engine, tokenizer, 5, 0, lambda: 0 if gen.segments < 2 else 1, load)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True)
-    try:
-        out = [group[0] for group in gen.generate(prompts, sampling)]
-        new_lp = vllm_engine.sequence_logprobs(prompts, [c.token_ids for c in out])
-    finally:
-        vllm_engine.update_weights(own.items())
-        vllm_engine.finish_weight_update()
-    old_lp = vllm_engine.sequence_logprobs(prompts, [c.token_ids for c in out])
+    out, new_lp, old_lp = generate_across_a_load(vllm_engine, gen, prompts, sampling, own)
     assert loaded == [1] and gen.version == 1 and gen.segments == 4  # 5 + 5 + 5 + 1
     for c, old, new in zip(out, old_lp, new_lp):
         assert c.finish_reason == "length" and len(c.token_ids) == 16
