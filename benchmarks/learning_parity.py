@@ -13,7 +13,9 @@ validation step. The variants:
 - ``async``: ``trainer.mode=async`` with one rollout worker one step ahead (truncated importance sampling on);
 - ``fleet_k<k>`` and ``fleet_k<k>_partial`` (issue #48): one fleet replica generating continuously
   (``fleet.continuous``), admission bounding the lag at ``async_rollout.max_staleness=k`` (k = 0, 1, 2, 4), without
-  and with partial rollouts (``rollout.partial``, segments of 16 tokens).
+  and with partial rollouts (``rollout.partial``, segments of 16 tokens);
+- ``fleet_k<k>_in_engine`` (k = 1, 2): partial rollouts kept inside vLLM (``rollout.partial_mode=in_engine``; needs
+  ``rollout.engine=vllm``), the weights loaded between two of its steps.
 
 At each validation step the difference of the seed-mean accuracies is "within noise" when it is at most twice the
 larger of (a) the binomial standard error of a difference of two accuracies on the held-out prompts and (b) the
@@ -43,6 +45,10 @@ VARIANTS: Dict[str, List[str]] = {
         f"async_rollout.max_staleness={k}", *(["rollout.partial=true", "rollout.partial_segment_tokens=16"]
                                                if partial else [])]
        for k in (0, 1, 2, 4) for partial in (False, True) if k or not partial},
+    **{f"fleet_k{k}_in_engine":
+       ["trainer.mode=async", "async_rollout.num_rollout_workers=1", "fleet.enabled=true", "fleet.continuous=true",
+        f"async_rollout.max_staleness={k}", "rollout.partial=true", "rollout.partial_mode=in_engine"]
+       for k in (1, 2)},
 }
 ON_RAY = {name for name, keys in VARIANTS.items() if "trainer.mode=async" in keys}
 """The variants that need the Ray backend (their rollout workers are Ray actors)."""
@@ -73,7 +79,7 @@ def compare(base: Dict, other: Dict, val_size: int) -> List[Dict]:
 
 def read_saved(name: str, args: argparse.Namespace, overrides: List[str]) -> Dict:
     """An earlier invocation's results for one variant, refused unless it ran what this invocation would run."""
-    path = RESULTS / Path(args.out).stem / f"{name}.json"
+    path = Path(args.saved_dir or RESULTS / Path(args.out).stem) / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"--saved {name}: {path} does not exist (train it first)")
     saved = json.loads(path.read_text())
@@ -99,6 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--saved", nargs="*", default=[], choices=list(VARIANTS),
                         help="variants read from their results/learning_parity/<name>.json of an earlier invocation "
                              "(same seeds, steps and overrides; checked) instead of trained now")
+    parser.add_argument("--saved-dir", default=None,
+                        help="the folder --saved reads from (default: results/<the stem of --out>/)")
     parser.add_argument("--driver", choices=["ray", "local"], default="ray",
                         help="learning_curve.py's driver for the colocated variants (async always runs on Ray)")
     parser.add_argument("--out", default=str(RESULTS / "learning_parity.json"),

@@ -8,8 +8,9 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
   tokens of the batch it trained (prompt + response: ``perf/tokens_per_s`` x ``timing_s/step``), its response tokens
   (``perf/rollout_tokens_per_s`` x ``timing_s/rollout``), both per wall second, the phases' seconds, and the
   version-lag counters (``admission/lag_tokens/<k>``, ``admission/lag_groups/<k>``, when the run has them),
-  ``async/staleness`` and the seconds of the publish the step reports (``weight_sync/<part>_s``: with continuous
-  generation the previous publish's, which ran beside this step).
+  ``async/staleness``, the share of the batch partial rollouts carried across a weight load (``partial``:
+  ``rollout/partial_*``, when the samples record per-token versions) and the seconds of the publish the step reports
+  (``weight_sync/<part>_s``: with continuous generation the previous publish's, which ran beside this step).
 * ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
   of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
   staleness of each step counted, the publish's seconds per part; with the actor's memory per step (on a GPU),
@@ -85,6 +86,9 @@ def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:
     }
     if "async/staleness" in metrics:
         record["staleness"] = float(metrics["async/staleness"])
+    partial = {k[len("rollout/"):]: float(v) for k, v in metrics.items() if k.startswith("rollout/partial_")}
+    if partial:
+        record["partial"] = partial
     publish = {k[len("weight_sync/"):-2]: float(v) for k, v in metrics.items()
                if k.startswith("weight_sync/") and k.endswith("_s")}
     if publish:

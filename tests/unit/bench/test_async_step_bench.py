@@ -31,6 +31,13 @@ def test_step_record_counts_the_trained_batch_per_wall_second():
     assert rec["seconds"] == {"rollout": 1.0, "update_actor": 2.0, "step": 4.0}
     assert rec["lag"] == {"admission/lag_tokens/0": 10.0, "admission/lag_tokens/1": 5.0}  # in_flight is not a lag
     assert rec["staleness"] == 1.0
+    assert "partial" not in rec  # no per-token versions, no partial record
+
+
+def test_step_record_keeps_the_share_partial_rollouts_carried_across_a_load():
+    m = {**metrics(4.0, 250.0, 10.0, 5.0), "rollout/partial_spanning_frac": 0.25,
+         "rollout/partial_newer_token_frac": 0.1, "rollout/logprob_diff_max": 3.0}
+    assert step_record(m, wall_s=5.0)["partial"] == {"partial_spanning_frac": 0.25, "partial_newer_token_frac": 0.1}
 
 
 def test_summary_median_spread_and_the_lag_counters_growth():

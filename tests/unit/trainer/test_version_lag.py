@@ -5,7 +5,7 @@ import torch
 
 from reasonrl.data.batch import Batch
 from reasonrl.data.sample import Sample
-from reasonrl.trainer.metrics import with_version_lag
+from reasonrl.trainer.metrics import partial_rollout_metrics, with_version_lag
 
 
 def sample(n_tokens: int, version: int, token_versions=None) -> Sample:
@@ -34,3 +34,15 @@ def test_samples_without_versions_get_no_lag():
     s = sample(2, 0)
     s.weights_version = None
     assert "version_lag" not in with_version_lag(Batch({"response_mask": torch.ones(1, 2)}), [s], step=1)
+
+
+def test_partial_rollout_metrics_count_the_samples_and_tokens_carried_across_a_load():
+    """Versions [1, 1, 2, 3] (spans; 2 of its 4 tokens newer than its first), [3, 3] (does not span), and one whole
+    response with no per-token versions: 1 of the 3 samples spans, and 2 of the 6 recorded tokens are newer."""
+    samples = [sample(4, 1, [1, 1, 2, 3]), sample(2, 3, [3, 3]), sample(5, 2)]
+    assert partial_rollout_metrics(samples) == {"rollout/partial_spanning_frac": 1 / 3,
+                                                "rollout/partial_newer_token_frac": 2 / 6}
+
+
+def test_partial_rollout_metrics_are_absent_without_per_token_versions():
+    assert partial_rollout_metrics([sample(3, 2), sample(1, 3)]) == {}
