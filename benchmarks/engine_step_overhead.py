@@ -5,7 +5,7 @@ engine steps and milliseconds per step, and two differences per step: stepper mi
 own cost: delta outputs, one per request per step, ``absorb``, ``sampled_logprobs``) and ``generate_sync`` minus
 ``generate_async_default`` (the cost of scheduling, running the model and processing outputs serially).
 
-    python benchmarks/engine_step_overhead.py                                   # on a GPU, default sizes
+    python benchmarks/engine_step_overhead.py --shape 1.5b --prompts 64 --prompt-len 256   # on a GPU (gpu_run.sh stepcost)
     PYTHONPATH=. python benchmarks/engine_step_overhead.py --prompts 4 --n 2 --prompt-len 16 --tokens 32 --repeats 5
                                                         # the CPU run (results/engine_step_overhead_cpu.json)
 
@@ -187,6 +187,10 @@ def main() -> None:
     wall_start = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="", help=f"model path (default: {SMOLLM2} as resolved by the tests)")
+    p.add_argument("--shape", default="", help="a random-weight model of this shape (reasonrl/bench/shapes.py, e.g. "
+                                               "qwen2.5-1.5b: the GPU benchmarks' model) instead of --model")
+    p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"),
+                   help="where --shape's model is written (kept if there; gpu_async_step.py's default)")
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=32)
@@ -198,7 +202,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: leave)")
     p.add_argument("--out", type=Path, default=RESULTS / "engine_step_overhead.json")
     args = p.parse_args()
-    if not args.model:
+    if args.shape:
+        from reasonrl.bench.shapes import SHAPE_ALIASES, trainer_model_dir
+
+        args.model = str(trainer_model_dir(SHAPE_ALIASES.get(args.shape, args.shape), args.model_dir))
+    elif not args.model:
         from reasonrl.models import resolve_model_path
 
         args.model = resolve_model_path(SMOLLM2)

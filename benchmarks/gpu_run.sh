@@ -8,6 +8,8 @@
 #   benchmarks/gpu_run.sh anchors [ARGS]  setup, then benchmarks/gpu_anchors.py ARGS  -> $OUT/gpu_anchors.json
 #   benchmarks/gpu_run.sh asyncstep [ARGS] setup, then benchmarks/gpu_async_step.py ARGS (colocated vs same-GPU
 #                                         fully-async, issue 48 item 4) -> $OUT/gpu_async_step.json, .log
+#   benchmarks/gpu_run.sh stepcost [ARGS] setup, then benchmarks/engine_step_overhead.py ARGS (the in-engine stepper's
+#                                         per-step cost, issue 48) -> $OUT/engine_step_overhead.json, .log
 #   benchmarks/gpu_run.sh base            Ray and the wheels only (no vLLM): enough for the hf engine and the trainer
 #   benchmarks/gpu_run.sh lcpart K        copy .lc/pK/* (a part of the SmolLM2 GGUF) into /tmp/lcp
 #   benchmarks/gpu_run.sh smollm2         base, then assemble and convert SmolLM2 (after lcpart 0 and 1) once, so
@@ -276,6 +278,14 @@ case $cmd in
     rc=0
     python3 benchmarks/gpu_async_step.py --out "$OUT/gpu_async_step.json" "$@" 2>&1 | tee "$OUT/gpu_async_step.log" \
       | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " || rc=$?
+    exit $rc ;;
+  stepcost)
+    # where the in-engine stepper's time goes (benchmarks/engine_step_overhead.py): generate with vLLM's default
+    # scheduling, generate with asynchronous scheduling off, and the stepper, on one engine configuration
+    setup
+    rc=0
+    python3 benchmarks/engine_step_overhead.py --out "$OUT/engine_step_overhead.json" "$@" 2>&1 \
+      | tee "$OUT/engine_step_overhead.log" | grep -vE "(INFO|DEBUG) [0-9]{2}-[0-9]{2} " || rc=$?
     exit $rc ;;
   anchors)
     setup
