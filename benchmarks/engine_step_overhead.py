@@ -5,7 +5,7 @@ engine steps and milliseconds per step, and two differences per step: stepper mi
 own cost: delta outputs, one per request per step, ``absorb``, ``sampled_logprobs``) and ``generate_sync`` minus
 ``generate_async_default`` (the cost of scheduling, running the model and processing outputs serially).
 
-    python benchmarks/engine_step_overhead.py --shape 1.5b --prompts 64 --prompt-len 256   # on a GPU (gpu_run.sh stepcost)
+    python benchmarks/engine_step_overhead.py --shape 1.5b --prompts 64 --prompt-len 256     # GPU: gpu_run.sh stepcost
     PYTHONPATH=. python benchmarks/engine_step_overhead.py --prompts 4 --n 2 --prompt-len 16 --tokens 32 --repeats 5
                                                         # the CPU run (results/engine_step_overhead_cpu.json)
 
