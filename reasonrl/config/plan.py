@@ -87,6 +87,9 @@ class RunPlan:
     ``eval.max_new_tokens`` (validation generates with the same engine)."""
     model: Optional[ModelFacts] = None
     """The model's facts, once ``with_model`` read them."""
+    replica_calls: int = 1
+    """Generate calls a fleet replica takes at once: 2 with ``rollout.partial_mode=in_engine`` (a second call joins
+    the engine's running step loop, ``rollout/step_loop.py``), else 1."""
     share_devices: bool = False
     """``async_rollout.share_devices`` in async mode: rollout replica r on actor rank r's device (one bundle, each
     ``gpu_share`` of its GPU), its engine awake while the actor trains; the actor has every GPU."""
@@ -153,6 +156,7 @@ class RunPlan:
             ray_cpus=cores * (2 if (passes.values or is_async) else 1),
             cpu_groups=1 + int(passes.values) + int(is_async),  # groups sharing the cores on CPU
             gpu_share=0.5 if (passes.values or share) else 1.0, share_devices=share,
+            replica_calls=2 if r.partial and r.partial_mode == "in_engine" else 1,
             device_settings=tuple(device_settings(cfg, device, hardware.varlen_attention)),
             max_model_len=cfg.data.max_prompt_length + max(r.max_new_tokens, cfg.eval.max_new_tokens))
 

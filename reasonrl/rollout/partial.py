@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, List, Optional, Sequence as Seq
 
 from .base import Completion, SamplingParams
+from .step_loop import StepLoop
 
 
 @dataclass
@@ -178,13 +179,29 @@ class InEngineGenerator:
     ``load_version(v)`` is called (it loads the weights into the same engine) and the tokens of later steps are
     stamped ``v``. The tokens of a step are stamped with the version the engine held when that step ran (the engine
     runs no step ahead: vLLM's asynchronous scheduling is off in this mode). ``self.steps`` counts the engine steps.
+
+    With ``start`` (``EngineThread.submit``) and ``loaded_version`` (the version the engine holds, however loaded),
+    calls share one step loop (``step_loop.StepLoop``, run on the engine's thread by ``start``): a call made while
+    another's requests run adds its own between two steps and returns once they are done. Before requests go into an
+    engine with none running, the version is read from ``loaded_version()`` and the newest staged weights loaded.
     """
 
     def __init__(self, engine, version: int, latest_version: Callable[[], int],
-                 load_version: Callable[[int], None]) -> None:
+                 load_version: Callable[[int], None], start: Optional[Callable[[Callable[[], None]], None]] = None,
+                 loaded_version: Optional[Callable[[], int]] = None) -> None:
         self.engine, self.version = engine, version
         self.latest_version, self.load_version = latest_version, load_version
         self.steps = 0
+        self.loaded_version = loaded_version
+        self.loop = StepLoop(engine.llm, start, self._refresh_idle, self._before_step) if start is not None else None
+
+    def _refresh_idle(self) -> int:
+        """The step loop's call before it adds requests to an engine with none running (on the engine's thread)."""
+        if self.loaded_version is not None:
+            self.version = self.loaded_version()
+        version = self._refresh()
+        self.engine.ready_for_use()  # a sync finished, the prefix cache dropped if a load in flight made it stale
+        return version
 
     def _refresh(self) -> int:
         latest = self.latest_version()
@@ -202,5 +219,7 @@ class InEngineGenerator:
         with the version of every token (log-probs only when the call asks for them)."""
         if not prompt_token_ids:
             return []
+        if self.loop is not None:  # the engine's thread runs the loop; this call waits for its own requests
+            return self.engine.generate_joined(prompt_token_ids, sampling, self.loop)
         self._refresh()  # before the requests go in: the call starts under the newest weights, its prefix cache reset
         return self.engine.generate_steps(prompt_token_ids, sampling, self._before_step)

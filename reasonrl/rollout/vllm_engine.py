@@ -157,25 +157,43 @@ class VLLMRolloutEngine:
         engine step at a time (``vllm_stepper``): ``before_step()`` runs before every step, may load new weights
         (the requests stay in the engine with their KV cache) and returns the version that stamps the step's
         tokens. A sync that ends mid-flight cannot drop the prefix cache; the next call does, before its requests."""
-        from reasonrl.rollout.partial import VersionedCompletion
-
         copies = self._check_prompts(prompt_token_ids, sampling)
         if not prompt_token_ids:
             return []
         prompts = [ids for ids in prompt_token_ids for _ in range(copies)]
         groups = vllm_stepper.run(self.llm, prompts, self._vllm_sampling(sampling, n=sampling.n // copies),
                                   self._lora, before_step)
+        return self._versioned(groups, len(prompt_token_ids), sampling)
+
+    def generate_joined(self, prompt_token_ids: List[List[int]], sampling: SamplingParams, loop) -> list:
+        """``generate_steps``' completions, the requests added to ``loop`` (a ``step_loop.StepLoop`` of this engine,
+        run on the engine's thread): called from another thread, this call joins the loop's running requests
+        between two of its steps, or starts the loop. The engine is readied by the loop (``ready_for_use``), which
+        runs before it adds requests to an engine with none running."""
+        copies = self._check_prompts(prompt_token_ids, sampling, ready=False)
+        if not prompt_token_ids:
+            return []
+        prompts = [ids for ids in prompt_token_ids for _ in range(copies)]
+        groups = loop.run(prompts, self._vllm_sampling(sampling, n=sampling.n // copies), self._lora)
+        return self._versioned(groups, len(prompt_token_ids), sampling)
+
+    def _versioned(self, groups, prompts: int, sampling: SamplingParams) -> list:
+        """The stepper's Streams as ``partial.VersionedCompletion``s, ``sampling.n`` per prompt, texts decoded."""
+        from reasonrl.rollout.partial import VersionedCompletion
+
         samples = [s for group in groups for s in group]
         texts = self.llm.get_tokenizer().batch_decode([s.token_ids for s in samples], skip_special_tokens=True)
         done = [VersionedCompletion(s.token_ids, t, s.logprobs, s.finish_reason, s.versions)
                 for s, t in zip(samples, texts)]
         per = sampling.n
-        return [done[i * per:(i + 1) * per] for i in range(len(prompt_token_ids))]
+        return [done[i * per:(i + 1) * per] for i in range(prompts)]
 
-    def _check_prompts(self, prompt_token_ids: List[List[int]], sampling: SamplingParams) -> int:
-        """Ready the engine, refuse empty or too long prompts; the requests per prompt (``copies``): vLLM refuses
-        n > 1 at temperature 0, and greedy samples are all alike, so a greedy prompt is asked n times for one."""
-        self._ready_for_use()
+    def _check_prompts(self, prompt_token_ids: List[List[int]], sampling: SamplingParams, ready: bool = True) -> int:
+        """Ready the engine (unless not ``ready``), refuse empty or too long prompts; the requests per prompt
+        (``copies``): vLLM refuses n > 1 at temperature 0, and greedy samples are all alike, so a greedy prompt is
+        asked n times for one."""
+        if ready:
+            self.ready_for_use()
         for i, ids in enumerate(prompt_token_ids):
             if len(ids) == 0:
                 raise ValueError(f"prompt {i} is empty")
@@ -201,7 +219,7 @@ class VLLMRolloutEngine:
         """Log-probabilities (temperature 1) of each response token given its prompt under the engine's
         current weights, from vLLM's prompt log-probs of prompt + response (same signature as the hf
         engine's); the engine side of ``weight_sync.sequence_logprobs_check``."""
-        self._ready_for_use()
+        self.ready_for_use()
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         for i, p in enumerate(prompts):
@@ -300,7 +318,9 @@ class VLLMRolloutEngine:
                 self._stale_prefix_cache = False
                 self.prefix_cache_resets += 1
 
-    def _ready_for_use(self) -> None:
+    def ready_for_use(self) -> None:
+        """Refuse an engine asleep or without weights; finish a pending sync (the prefix cache dropped if stale and
+        no request runs). ``step_loop.StepLoop`` calls it before adding requests to an engine with none running."""
         if self._asleep:
             raise RuntimeError(f"the vLLM engine is asleep ({sorted(self._asleep)}): call wake_up() first")
         if self._weights_discarded:

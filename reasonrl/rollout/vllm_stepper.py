@@ -12,13 +12,14 @@ the new weights ("pause and keep"). It returns the weight version that the next 
 tokens that step produces (so the engine must not run steps ahead of ``step()``: asynchronous scheduling off, see
 ``vllm_compat.engine_kwargs``).
 
-``Stream`` and ``absorb`` are the pure bookkeeping of one sample (tests/unit/rollout/test_vllm_stepper.py).
+``Stream`` and ``absorb`` are the pure bookkeeping of one sample (tests/unit/rollout/test_vllm_stepper.py);
+``Requests`` is one call's requests and Streams, which ``step_loop.StepLoop`` also uses (calls sharing one loop).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from . import vllm_compat
 
@@ -60,31 +61,62 @@ def absorb(stream: Stream, token_ids: Sequence[int], logprobs: Sequence[float], 
         stream.finish_reason = finish_reason(reason)
 
 
+@dataclass
+class Requests:
+    """One call's requests: a prompt's ``n`` samples as ``n`` requests of one sample each, and their Streams."""
+
+    prompts: Sequence[Sequence[int]]
+    params: object
+    """The call's vLLM SamplingParams (``n`` samples per prompt)."""
+    lora_request: object
+    ids: List[str] = field(default_factory=list)
+    streams: Dict[str, Stream] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ids = [f"{REQUEST_PREFIX}{next(_ids)}" for _ in range(len(self.prompts) * self.params.n)]
+        self.streams = {rid: Stream() for rid in self.ids}
+
+    def add_to(self, engine) -> None:
+        one = vllm_compat.delta_params(self.params)
+        one.n = 1
+        for i, rid in enumerate(self.ids):
+            vllm_compat.add_request(engine, rid, self.prompts[i // self.params.n], one, self.lora_request)
+
+    def unfinished(self) -> List[str]:
+        return [rid for rid in self.ids if not self.streams[rid].finish_reason]
+
+    def groups(self) -> List[List[Stream]]:
+        """For each prompt, its ``n`` Streams."""
+        n = self.params.n
+        return [[self.streams[rid] for rid in self.ids[i * n:(i + 1) * n]] for i in range(len(self.prompts))]
+
+
+def absorb_output(streams: Dict[str, Stream], out, version: int) -> Stream:
+    """One step's RequestOutput ``out`` into its request's Stream (which it returns)."""
+    stream = streams.get(out.request_id)
+    if stream is None:
+        raise RuntimeError(f"the engine returned request {out.request_id!r}, not one of this call's")
+    for c in out.outputs:
+        absorb(stream, c.token_ids, vllm_compat.sampled_logprobs(c), c.finish_reason, version)
+    return stream
+
+
 def run(llm, prompts: Sequence[Sequence[int]], params, lora_request, before_step: Callable[[], int]
         ) -> List[List[Stream]]:
     """For each prompt (token ids), ``params.n`` Streams (vLLM SamplingParams ``params``), stepping ``llm``'s engine
     until every request is done and calling ``before_step()`` before each step. Requests still unfinished when an
     exception leaves the loop are aborted."""
     engine = llm.llm_engine
-    n = params.n
-    one = vllm_compat.delta_params(params)
-    one.n = 1
-    ids = [f"{REQUEST_PREFIX}{next(_ids)}" for _ in range(len(prompts) * n)]
-    streams = {rid: Stream() for rid in ids}
+    call = Requests(prompts, params, lora_request)
     try:
-        for i, rid in enumerate(ids):
-            vllm_compat.add_request(engine, rid, prompts[i // n], one, lora_request)
+        call.add_to(engine)
         while engine.has_unfinished_requests():
             version = before_step()
             for out in engine.step():
-                stream = streams.get(out.request_id)
-                if stream is None:
-                    raise RuntimeError(f"the engine returned request {out.request_id!r}, not one of this call's")
-                for c in out.outputs:
-                    absorb(stream, c.token_ids, vllm_compat.sampled_logprobs(c), c.finish_reason, version)
+                absorb_output(call.streams, out, version)
     except BaseException:
-        unfinished = [rid for rid in ids if not streams[rid].finish_reason]
+        unfinished = call.unfinished()
         if unfinished:
             engine.abort_request(unfinished)
         raise
-    return [[streams[rid] for rid in ids[i * n:(i + 1) * n]] for i in range(len(prompts))]
+    return call.groups()

@@ -92,7 +92,7 @@ class RayBackend:
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
                                             gpu_fraction=plan.gpu_share, worker_env=env)
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
-            concurrency = 2 if cfg.rollout.partial else 1  # partial rollouts: weights staged while generating
+            concurrency = plan.replica_calls + 1 if cfg.rollout.partial else 1  # + weights staged while generating
             if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,

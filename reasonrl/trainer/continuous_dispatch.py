@@ -69,7 +69,8 @@ class FleetDispatch:
         self.rounds: Dict[int, FleetRound] = {}  # batches drawn and not yet taken, with their open journals
         self.backlog: Dict[str, List[Tuple[int, int, int]]] = {}  # replica -> (batch, position, attempt) to send
         self.calls: Dict[Any, Tuple[str, str, List[Tuple[int, int, int]], Any]] = {}  # ref -> (replica, kind, ...)
-        self.busy: Dict[str, Any] = {}  # replica -> the ref of its generate call in flight
+        self.busy: Dict[str, List[Any]] = {}  # replica -> the refs of its generate calls in flight
+        self.calls_per_replica = getattr(plan, "replica_calls", 1)  # 2: a call joins the running one (in_engine)
         self.results: Dict[int, Dict[int, List[Sample]]] = {}
         self.batch_load: Dict[int, Dict[str, int]] = {}
         self.error: Optional[BaseException] = None
@@ -194,10 +195,11 @@ class FleetDispatch:
             fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued
 
     def _send(self) -> None:
-        """Each idle replica's backlog as one ``generate`` call."""
+        """Each replica's backlog as one ``generate`` call, while it has fewer than ``calls_per_replica`` in flight
+        (more than one: the in-engine step loop takes a new call's requests between two steps of the running one)."""
         for name in list(self.backlog):
             work = self.backlog[name]
-            if not work or name in self.busy:
+            if not work or len(self.busy.get(name, ())) >= self.calls_per_replica:
                 continue
             alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.failures.isolated]
             if alone:  # a group that raised goes alone; the rest waits for the next call
@@ -212,7 +214,7 @@ class FleetDispatch:
                                 "groups": ids})
             ref = self.fleet.generate_call(name, batch, self.plan.training_sampling, ids)
             self.calls[ref] = (name, "generate", work, actor)
-            self.busy[name] = ref
+            self.busy.setdefault(name, []).append(ref)
             for j, _, _ in work:
                 self.fleet.health.sent(name, time.monotonic())
                 load = self.batch_load.setdefault(j, {})
@@ -246,8 +248,8 @@ class FleetDispatch:
             bind_prompts(group, self.drawn[j][0])
         verify(samples, self.pool, self.reward_cfg)
         with self.cv:
-            if self.busy.get(name) == ref:
-                del self.busy[name]
+            if ref in self.busy.get(name, ()):
+                self.busy[name].remove(ref)
             for _ in work:
                 self.fleet.health.answered(name, time.monotonic())
             self.fleet.failures.answered(name, [j * self.batch_size + k for j, k, _ in work])
@@ -296,20 +298,21 @@ class FleetDispatch:
                      evidence: bool = True) -> None:
         """``name`` (the actor ``actor``) is lost: with ``evidence`` (it died, hung or failed a call; not when it
         keeps raising) the groups of its generate call (``running``, its ref and work, when the caller popped it;
-        else the one in flight) are evidence for ``fleet.poison``: isolated, a poison one dropped; its other groups in
-        every open batch revoked and issued again, once, on the other live replicas (its replacement when none
-        lives); the restart booked; a new actor with the current weights (``Replicas.replace_lost``'s order). A
-        failure of an actor already replaced changes nothing."""
+        else of its calls in flight, the first unanswered one) are evidence for ``fleet.poison``: isolated, a poison
+        one dropped; its other groups in every open batch revoked and issued again, once, on the other live replicas
+        (its replacement when none lives); the restart booked; a new actor with the current weights
+        (``Replicas.replace_lost``'s order). A failure of an actor already replaced changes nothing."""
         if self.fleet.actor(name) is not actor:
             return
-        if running is None and self.busy.get(name) in self.calls:
-            running = (self.busy[name], self.calls[self.busy[name]][2])
-        if evidence and running is not None:
-            ref, work = running
-            poison = self.fleet.lost_call(name, [ref], [[j * self.batch_size + k for j, k, _ in work]], cause)
-            for j, k, attempt in work:
-                if j * self.batch_size + k in poison:
-                    self._drop(name, j, k, attempt, poison[j * self.batch_size + k])
+        in_flight = [(ref, self.calls[ref][2]) for ref in self.busy.get(name, ()) if ref in self.calls]
+        lost = [running] if running is not None else in_flight
+        if evidence and lost:
+            poison = self.fleet.lost_call(name, [ref for ref, _ in lost],
+                                          [[j * self.batch_size + k for j, k, _ in work] for _, work in lost], cause)
+            for _, work in lost:
+                for j, k, attempt in work:
+                    if j * self.batch_size + k in poison:
+                        self._drop(name, j, k, attempt, poison[j * self.batch_size + k])
             self.cv.notify_all()
         for ref in [ref for ref, entry in self.calls.items() if entry[0] == name]:
             del self.calls[ref]

@@ -39,6 +39,14 @@ class EngineThread:
             return fn(*args, **kwargs)
         return self._pool.submit(fn, *args, **kwargs).result()
 
+    def submit(self, fn: Callable[[], Any]) -> None:
+        """``fn()`` queued on the engine's thread, not waited for (``step_loop.StepLoop`` runs there while the calls
+        that share it wait on their own requests). From the engine's thread itself it would run only after the call
+        that queued it, so that raises."""
+        if threading.get_ident() == self.ident:
+            raise RuntimeError("EngineThread.submit from the engine's own thread")
+        self._pool.submit(fn)
+
     def close(self) -> None:
         """No more calls; the thread ends once the call it runs returns."""
         self._pool.shutdown(wait=False)

@@ -10,7 +10,9 @@ With ``rollout.partial`` (a fleet replica under ``fleet.continuous``) the worker
 calls at once, ``WorkerGroup(max_concurrency=2)``): ``stage_published`` hands it a newer weight version while
 ``generate`` runs, and the generation (``rollout.partial.SegmentedGenerator``) loads it between two segments
 (``rollout.partial_mode=in_engine``: ``InEngineGenerator``, between two vLLM engine steps), so each response token
-records the version that produced it; staging only stores the weights.
+records the version that produced it; staging only stores the weights. In ``in_engine`` mode two generate calls
+may run at once (three slots): the second adds its requests to the engine's running step loop
+(``rollout.step_loop.StepLoop``) and returns when they are done, so a batch's tail no longer holds back the next.
 
 The engine is built on, and only ever called from, one thread of its own (``engine_thread.EngineThread``): a threaded
 actor runs its calls on several threads, and vLLM driven from two threads faulted on a GPU. Every method that
@@ -63,8 +65,13 @@ class RolloutWorker:
         self._staged: Optional[tuple] = None  # (weights, version) published while a generation runs
         self._staged_lock = threading.Lock()
         self.partial = self.cfg.rollout.partial
-        if self.partial and self.cfg.rollout.partial_mode == "in_engine":
-            self.host.use_generator(InEngineGenerator(engine, 0, self._latest_version, self._load_staged))
+        self.joins = self.partial and self.cfg.rollout.partial_mode == "in_engine"
+        """Generate calls share the engine's step loop (``InEngineGenerator`` with ``start``): a call runs on the
+        caller's thread and waits for its own requests, which the loop on the engine's thread adds between steps."""
+        if self.joins:
+            self.host.use_generator(InEngineGenerator(engine, 0, self._latest_version, self._load_staged,
+                                                      start=self.engine_thread.submit,
+                                                      loaded_version=lambda: self.version))
         elif self.partial:
             self.host.use_generator(SegmentedGenerator(engine, self.tokenizer, self.cfg.rollout.partial_segment_tokens,
                                                        0, self._latest_version, self._load_staged))
@@ -92,6 +99,8 @@ class RolloutWorker:
     def generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
         """Like ``ActorRolloutRefWorker.generate``; each Sample also carries ``weights_version`` (partial: the
         versions of its tokens, weights staged meanwhile loaded between segments)."""
+        if self.joins:  # the samples are built here; the engine's work runs in its step loop
+            return self._stamped(next(self.host.generate_chunks(prompts, sampling, 0)))
         return self.engine_thread.call(self._generate, prompts, sampling)
 
     def _generate(self, prompts: Batch, sampling: Dict[str, Any]) -> List[Sample]:
@@ -104,7 +113,7 @@ class RolloutWorker:
         """A Ray streaming generator (``WorkerGroup.stream``): the Samples of ``generate``, a sub-batch at a time."""
         parts = self.host.generate_chunks(prompts, sampling, chunk_prompts)
         while True:
-            part = self.engine_thread.call(next, parts, None)
+            part = next(parts, None) if self.joins else self.engine_thread.call(next, parts, None)
             if part is None:
                 return
             yield self._stamped(part)

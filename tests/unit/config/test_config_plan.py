@@ -39,6 +39,15 @@ def test_sync_kind_bucket_and_context_are_plan_fields():
     assert (RunPlan.build(merged).lora_sync, RunPlan.build(merged).engine_sleep_level) == ("merged", 2)
 
 
+def test_a_replica_takes_two_generate_calls_at_once_only_in_the_in_engine_mode():
+    fleet = ["trainer.mode=async", "fleet.enabled=true", "fleet.continuous=true", "rollout.engine=vllm"]
+    modes = {"none": [], "segments": ["rollout.partial=true"],
+             "in_engine": ["rollout.partial=true", "rollout.partial_mode=in_engine"]}
+    calls = {name: RunPlan.build(load_config(fleet + keys, cuda_available=False)[0]).replica_calls
+             for name, keys in modes.items()}
+    assert calls == {"none": 1, "segments": 1, "in_engine": 2}
+
+
 def test_with_model_checks_the_context_and_fixes_auto_budgets_without_writing_the_config():
     cfg, _ = load_config(["data.max_prompt_length=100", "rollout.max_new_tokens=30",
                           "actor.max_tokens_per_micro_batch=auto"], cuda_available=False)
