@@ -62,7 +62,14 @@ class StepLoop:
             owner = not self._running
             self._running = True
         if owner:
-            self.start(self._loop)
+            try:
+                self.start(self._loop)
+            except BaseException as exc:  # noqa: BLE001 - no loop will run: the queued calls get the error
+                with self._lock:
+                    queued, self._inbox, self._running = self._inbox, [], False
+                for w in queued:
+                    w.error = exc
+                    w.done.set()
         return waiting
 
     @staticmethod

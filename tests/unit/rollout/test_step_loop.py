@@ -123,6 +123,19 @@ def test_calls_one_after_another_each_start_the_loop_through_the_generator(vllm_
     assert len(idle_reads) == 2 and gen.loop.joined == 0
 
 
+def test_a_loop_that_cannot_start_fails_the_call_and_the_next_call_starts_one(vllm_engine, prompts, engine_thread):
+    closed = EngineThread("closed")
+    closed.close()
+    starts = [closed.submit]
+    loop = StepLoop(vllm_engine.llm, lambda fn: starts[-1](fn), refresh=lambda: 0, before_step=lambda: 0)
+    with pytest.raises(RuntimeError, match="shutdown"):
+        loop.run(prompts[:1], greedy(3), None)
+    starts.append(engine_thread.submit)
+    handle = loop.submit(prompts[:1], greedy(3), None)
+    assert handle.done.wait(timeout=120), "the second call was queued behind a loop that never ran"
+    assert len(loop.wait(handle)[0][0].token_ids) == 3
+
+
 def test_submit_from_the_engine_thread_is_refused(engine_thread):
     with pytest.raises(RuntimeError, match="own thread"):
         engine_thread.call(engine_thread.submit, lambda: None)
