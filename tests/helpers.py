@@ -222,3 +222,22 @@ def generate_across_a_load(engine, generator, prompts, sampling, own):
         engine.update_weights(own.items())
         engine.finish_weight_update()
     return out, new_lp, engine.sequence_logprobs(prompts, [c.token_ids for c in out])
+
+
+def benchmark_module(script: str):
+    """``benchmarks/<script>.py`` loaded as a module of its own name plus ``_under_test`` (the benchmark scripts are
+    not a package); a script that imports its siblings needs ``benchmarks/`` on ``sys.path`` first."""
+    import importlib.util
+
+    from paths import REPO
+
+    spec = importlib.util.spec_from_file_location(f"{script}_under_test", REPO / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def chat_prompt_ids(tokenizer, questions: Sequence[str]) -> List[List[int]]:
+    """Each question as one user turn under the tokenizer's chat template, with the generation prompt: token ids."""
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                               return_dict=True)["input_ids"]) for q in questions]

@@ -2,20 +2,16 @@
 small step (no model; the measurement itself is the script's run, results/bf16_kl_floor.json)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 import torch
-from paths import REPO
+from helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def floor():
-    spec = importlib.util.spec_from_file_location("bf16_kl_floor_under_test", REPO / "benchmarks" / "bf16_kl_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("bf16_kl_floor")
 
 
 def test_mean_kl_is_the_token_mean_over_sequences(floor):

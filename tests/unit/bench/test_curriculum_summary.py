@@ -2,18 +2,15 @@
 step at the target, up to the step every run reached, worked by hand on written curves (no training)."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
+from helpers import benchmark_module
 from paths import REPO
 
 
 @pytest.fixture
 def curriculum(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports learning_curve beside it
-    spec = importlib.util.spec_from_file_location("curriculum_under_test", REPO / "benchmarks" / "curriculum.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("curriculum")
     module.LEVELS = ("l1", "l2")
     return module
 

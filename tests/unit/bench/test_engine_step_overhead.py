@@ -2,19 +2,13 @@
 is the script's run, results/engine_step_overhead_cpu.json)."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("engine_step_overhead_under_test",
-                                                  REPO / "benchmarks" / "engine_step_overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("engine_step_overhead")
 
 
 def test_way_summary_is_of_the_median_wall(bench):

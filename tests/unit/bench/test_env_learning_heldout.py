@@ -4,20 +4,17 @@ metrics written here (this checks the script's plumbing, not a training run) and
 ``--out`` recorded for the run that trained."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
+from helpers import benchmark_module
 from paths import REPO
 
 
 def env_learning(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports learning_curve beside it
-    spec = importlib.util.spec_from_file_location("env_learning_under_test", REPO / "benchmarks" / "env_learning.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("env_learning")
 
 
 def test_the_held_out_call_rate_is_recorded_summarised_and_printed(tmp_path, monkeypatch, capsys):

@@ -4,20 +4,16 @@ the JSON, and summarised with the binomial yardstick worked by hand. ``--reuse``
 training (written here: this checks the script's plumbing, not a training run)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pyarrow.parquet as pq
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 
 def learning_curve():
-    spec = importlib.util.spec_from_file_location("learning_curve_under_test", REPO / "benchmarks" / "learning_curve.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("learning_curve")
 
 
 def test_an_unknown_task_is_refused_naming_the_built_in_ones(tmp_path, capsys):

@@ -2,10 +2,8 @@
 validations counted by hand."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 EXAMPLES = ("system\nAnswer with the search tool.\nuser\nIn what year was Zorbel Quintax born?\nassistant\n"
             "<tool_call>...</tool_call>\ntool\n1. Zorbel Quintax: born in the year 1834.\nassistant\n\\boxed{1834}.\n")
@@ -13,11 +11,7 @@ EXAMPLES = ("system\nAnswer with the search tool.\nuser\nIn what year was Zorbel
 
 @pytest.fixture(scope="module")
 def kinds():
-    spec = importlib.util.spec_from_file_location("tool_answer_kinds_under_test",
-                                                  REPO / "benchmarks" / "tool_answer_kinds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("tool_answer_kinds")
 
 
 def row(q, conversation, correct=False, step=0, finish="stop"):

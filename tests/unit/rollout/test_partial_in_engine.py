@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from components import needs_vllm
+from helpers import chat_prompt_ids
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
@@ -23,8 +24,7 @@ pytestmark = [pytest.mark.vllm, needs_vllm()]
 def prompts(tokenizer):
     questions = ["What is 2+3? Answer with the number only.", "Write a long story about a dragon.",
                  "Name three colours."]
-    return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                               return_dict=True)["input_ids"]) for q in questions]
+    return chat_prompt_ids(tokenizer, questions)
 
 
 def _fixed(engine):

@@ -6,6 +6,7 @@ import os
 
 import pytest
 from components import needs_vllm
+from helpers import chat_prompt_ids
 from helpers import generate_across_a_load, perturbed_weights
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -22,8 +23,7 @@ EOS = 2  # <|im_end|>
 def prompts(tokenizer):
     questions = ["What is 2+3? Answer with the number only.", "Write a long story about a dragon.",
                  "Name three colours."]
-    return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                               return_dict=True)["input_ids"]) for q in questions]
+    return chat_prompt_ids(tokenizer, questions)
 
 
 def _fixed(engine, tokenizer, segment_tokens):

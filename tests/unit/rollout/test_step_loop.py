@@ -10,6 +10,7 @@ import threading
 import pytest
 import torch
 from components import needs_vllm
+from helpers import chat_prompt_ids
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
@@ -26,8 +27,7 @@ pytestmark = [pytest.mark.vllm, needs_vllm()]
 def prompts(tokenizer):
     questions = ["Write a long story about a dragon.", "What is 2+3? Answer with the number only.",
                  "Name three colours."]
-    return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                               return_dict=True)["input_ids"]) for q in questions]
+    return chat_prompt_ids(tokenizer, questions)
 
 
 @pytest.fixture
