@@ -33,6 +33,10 @@ class _Waiting:
         self.error: Optional[BaseException] = None
         self.left = len(requests.ids)
 
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+        self.done.set()
+
 
 class StepLoop:
     """The shared step loop of one engine (the module docstring). ``llm``: the vLLM ``LLM``; ``start(fn)`` runs ``fn``
@@ -68,8 +72,7 @@ class StepLoop:
                 with self._lock:
                     queued, self._inbox, self._running = self._inbox, [], False
                 for w in queued:
-                    w.error = exc
-                    w.done.set()
+                    w.fail(exc)
         return waiting
 
     @staticmethod
@@ -125,5 +128,4 @@ class StepLoop:
             except Exception:  # noqa: BLE001 - the loop's own error is the one to raise
                 pass
         for waiting in calls.values():
-            waiting.error = exc
-            waiting.done.set()
+            waiting.fail(exc)

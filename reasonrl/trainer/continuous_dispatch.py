@@ -70,7 +70,6 @@ class FleetDispatch:
         self.backlog: Dict[str, List[Tuple[int, int, int]]] = {}  # replica -> (batch, position, attempt) to send
         self.calls: Dict[Any, Tuple[str, str, List[Tuple[int, int, int]], Any]] = {}  # ref -> (replica, kind, ...)
         self.busy: Dict[str, List[Any]] = {}  # replica -> the refs of its generate calls in flight
-        self.calls_per_replica = getattr(plan, "replica_calls", 1)  # 2: a call joins the running one (in_engine)
         self.results: Dict[int, Dict[int, List[Sample]]] = {}
         self.batch_load: Dict[int, Dict[str, int]] = {}
         self.error: Optional[BaseException] = None
@@ -195,11 +194,11 @@ class FleetDispatch:
             fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued
 
     def _send(self) -> None:
-        """Each replica's backlog as one ``generate`` call, while it has fewer than ``calls_per_replica`` in flight
+        """Each replica's backlog as one ``generate`` call, while it has fewer than ``plan.replica_calls`` in flight
         (more than one: the in-engine step loop takes a new call's requests between two steps of the running one)."""
         for name in list(self.backlog):
             work = self.backlog[name]
-            if not work or len(self.busy.get(name, ())) >= self.calls_per_replica:
+            if not work or len(self.busy.get(name, ())) >= self.plan.replica_calls:
                 continue
             alone = [w for w in work if w[0] * self.batch_size + w[1] in self.fleet.failures.isolated]
             if alone:  # a group that raised goes alone; the rest waits for the next call

@@ -76,8 +76,9 @@ def rollout_metrics(scores: torch.Tensor, correct: List[bool], response_mask: to
 
 def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch.Tensor,
                   verdicts: torch.Tensor) -> Dict[str, float]:
-    """A round's reward, accuracy (over the verdicts) and lengths, per-verifier metrics over the verdicts, and the tool
-    loop's metrics when it ran (the Samples carry a ``tool_mask``)."""
+    """A round's reward, accuracy (over the verdicts) and lengths, per-verifier metrics over the verdicts, the tool
+    loop's metrics when it ran (the Samples carry a ``tool_mask``), and partial rollouts' when the Samples carry
+    per-token versions (``partial_rollout_metrics``)."""
     results = [s.result for s in samples]
     out = rollout_metrics(scores, [r.correct for r in results], response_mask, [s.finish_reason for s in samples],
                           verdicts)
@@ -90,6 +91,7 @@ def round_metrics(samples: List[Any], scores: torch.Tensor, response_mask: torch
         columns = outcome_columns(samples)
         out.update(tool_metrics(columns))
         out.update(env_metrics(columns, results))
+    out.update(partial_rollout_metrics(samples))
     return out
 
 

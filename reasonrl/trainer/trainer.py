@@ -36,9 +36,9 @@ from .checkpoint import drop_rows_after, read_trainer_state, save_checkpoint, us
 from .dynamic_sampling import refill_informative_groups
 from .failures import (SkippedStepGuard, advantages_over_verdicts, check_failed_fraction, failure_metrics,
                        verdict_mask, without_failed)
-from .metrics import (PhaseTimer, behaviour_gap_metrics, data_levels, level_of, partial_rollout_metrics,
-                      policy_metrics, round_level_metrics, round_metrics, slowest_rank, startup_metrics,
-                      val_level_metrics, validation_env_metrics, with_version_lag)
+from .metrics import (PhaseTimer, behaviour_gap_metrics, data_levels, level_of, policy_metrics, round_level_metrics,
+                      round_metrics, slowest_rank, startup_metrics, val_level_metrics, validation_env_metrics,
+                      with_version_lag)
 from .model_checks import plan_with_model
 from .progress import StepProgress, validation_bar
 from .sources import make_source
@@ -208,8 +208,7 @@ class Trainer:
                 batch["loss_mask"] = without_failed(loss_mask(batch), verdicts)
             scores = torch.tensor([r.score for r in results], dtype=torch.float32)
             metrics.update({**round_metrics(samples, scores, batch["response_mask"], verdicts),
-                            **failure_metrics(results, [s.verifier for s in samples]), **self.round_curriculum,
-                            **partial_rollout_metrics(samples)})
+                            **failure_metrics(results, [s.verifier for s in samples]), **self.round_curriculum})
             if alg.overlong_buffer > 0:
                 scores = scores + overlong_penalty(batch["response_mask"].sum(-1).long(), cfg.rollout.max_new_tokens,
                                                    alg.overlong_buffer, alg.overlong_penalty)
