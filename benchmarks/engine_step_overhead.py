@@ -10,7 +10,8 @@ own cost: delta outputs, one per request per step, ``absorb``, ``sampled_logprob
                                                         # the CPU run (results/engine_step_overhead_cpu.json)
 
 Each engine is a ``VLLMRolloutEngine`` (its ``RolloutConfig``: default for the asynchronous way, ``partial=true
-partial_mode=in_engine`` for the other two, which turns asynchronous scheduling off), one at a time. The batch:
+partial_mode=in_engine`` for the other two, which turns asynchronous scheduling off), one at a time; on a GPU each in
+a process of its own (``--engine``: vLLM's sleep mode, on there, allows one engine per process). The batch:
 ``--prompts`` prompts of ``--prompt-len`` seeded random token ids, ``--n`` samples each, every sample exactly
 ``--tokens`` new tokens (``ignore_eos``), temperature 1, the sampled token's log-prob asked for (as the rollout asks).
 Each way runs once untimed, then ``--repeats`` times. Steps: the stepper counts its own; for ``LLM.generate`` they are
@@ -24,12 +25,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +47,8 @@ from reasonrl.bench.records import RESULTS, exit_with_status, recorded  # noqa: 
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The test suite's real small model (tests/conftest.py's ``model_path``)."""
+ENGINES = ("default", "in_engine")
+"""The two engine configurations: vLLM's default scheduling, and the in-engine mode's (asynchronous scheduling off)."""
 CPU_SKIP = ("vLLM's CPU platform turns asynchronous scheduling off (CpuPlatform.check_and_update_config): "
             "the default engine equals generate_sync's, not measured")
 
@@ -123,41 +130,75 @@ def free(engine) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(args, result: Dict[str, Any]) -> None:
-    from reasonrl.rollout import vllm_compat, vllm_stepper
+def machine(device: str) -> Dict[str, Any]:
+    from reasonrl.rollout import vllm_compat
 
+    return {"torch": torch.__version__, "vllm": vllm_compat.installed_vllm(), "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0) if device == "cuda"
+            else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+            "torch_threads": torch.get_num_threads()}
+
+
+def measure(args, result: Dict[str, Any], engines: Sequence[str]) -> None:
+    """The ways of ``engines`` (``default``: ``generate_async_default``; ``in_engine``: ``generate_sync``, ``stepper``
+    and ``stepper_absorb_only``) into ``result``, one engine after the other in this process."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and args.threads > 0:
         torch.set_num_threads(args.threads)
-    result["machine"] = {"torch": torch.__version__, "vllm": vllm_compat.installed_vllm(), "python":
-                         platform.python_version(), "device": torch.cuda.get_device_name(0) if device == "cuda"
-                         else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-                         "torch_threads": torch.get_num_threads()}
+    result["machine"] = machine(device)
+    if "default" in engines:
+        measure_default(args, result, device)
+    if "in_engine" in engines:
+        measure_in_engine(args, result, device)
+    result["derived"] = derived(result["ways"])
+
+
+def _batch(args):
+    from reasonrl.rollout import vllm_compat
+
     tokens = args.prompts * args.n * args.tokens
     params = vllm_compat.sampling_params(args.n, 1.0, 1.0, -1, args.tokens, [], ignore_eos=True, logprobs=True)
-    ways: Dict[str, Dict[str, Any]] = result["ways"]
     assumed = f"assumed {args.tokens} (--tokens): every sample one token a step, all in one batch"
+    return tokens, params, assumed
 
-    def generate(engine, prompts):
-        return lambda: engine.llm.generate([vllm_compat.tokens_prompt(p) for p in prompts], params, use_tqdm=False)
 
+def _generate(engine, prompts, params):
+    from reasonrl.rollout import vllm_compat
+
+    return lambda: engine.llm.generate([vllm_compat.tokens_prompt(p) for p in prompts], params, use_tqdm=False)
+
+
+def measure_default(args, result: Dict[str, Any], device: str) -> None:
+    """``generate_async_default``: ``LLM.generate`` on an engine with vLLM's default scheduling."""
+    from reasonrl.rollout import vllm_compat
+
+    ways: Dict[str, Dict[str, Any]] = result["ways"]
     if not vllm_compat.has_engine_arg("async_scheduling"):
         ways["generate_async_default"] = {"skipped": "this vLLM has no async_scheduling engine argument"}
-    elif device == "cpu":
+        return
+    if device == "cpu":
         ways["generate_async_default"] = {"skipped": CPU_SKIP}
-    else:
-        engine = build(args, device, in_engine=False)
-        prompts = random_prompts(args.prompts, args.prompt_len, engine.llm.get_tokenizer().vocab_size, args.seed)
-        walls = timed(generate(engine, prompts), args.repeats)
-        ways["generate_async_default"] = way_summary(walls, tokens, args.tokens, assumed)
-        ways["generate_async_default"]["async_scheduling"] = engine.llm.llm_engine.vllm_config.scheduler_config\
-            .async_scheduling
-        free(engine)
+        return
+    tokens, params, assumed = _batch(args)
+    engine = build(args, device, in_engine=False)
+    prompts = random_prompts(args.prompts, args.prompt_len, engine.llm.get_tokenizer().vocab_size, args.seed)
+    walls = timed(_generate(engine, prompts, params), args.repeats)
+    ways["generate_async_default"] = way_summary(walls, tokens, args.tokens, assumed)
+    ways["generate_async_default"]["async_scheduling"] = engine.llm.llm_engine.vllm_config.scheduler_config\
+        .async_scheduling
+    free(engine)
 
+
+def measure_in_engine(args, result: Dict[str, Any], device: str) -> None:
+    """``generate_sync``, ``stepper`` and ``stepper_absorb_only`` on one engine configured as the in-engine mode's."""
+    from reasonrl.rollout import vllm_stepper
+
+    ways: Dict[str, Dict[str, Any]] = result["ways"]
+    tokens, params, assumed = _batch(args)
     engine = build(args, device, in_engine=True)
     result["sync_engine_async_scheduling"] = engine.llm.llm_engine.vllm_config.scheduler_config.async_scheduling
     prompts = random_prompts(args.prompts, args.prompt_len, engine.llm.get_tokenizer().vocab_size, args.seed)
-    walls = timed(generate(engine, prompts), args.repeats)
+    walls = timed(_generate(engine, prompts, params), args.repeats)
     ways["generate_sync"] = way_summary(walls, tokens, args.tokens, assumed)
 
     runs: List[TimedEngine] = []
@@ -180,7 +221,26 @@ def measure(args, result: Dict[str, Any]) -> None:
     ways["stepper_absorb_only"] = way_summary(outside, tokens, steps, "wall outside LLMEngine.step() of the stepper")
     runs.clear()  # they hold the LLMEngine
     free(engine)
-    result["derived"] = derived(ways)
+
+
+def measure_apart(args, result: Dict[str, Any]) -> None:
+    """Each engine in a process of its own (this script again, ``--engine``), its JSON merged into ``result``: on a
+    GPU the engines run with sleep mode, whose CuMem allocator takes one engine per process."""
+    failed = []
+    for kind in ENGINES:
+        out = Path(tempfile.mkdtemp(prefix="stepcost-")) / f"{kind}.json"
+        rc = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--engine", kind, "--out", str(out)]).returncode
+        part = json.loads(out.read_text()) if out.exists() else {}
+        result["ways"].update(part.get("ways", {}))  # what a failed part measured is kept too
+        for key in ("machine", "sync_engine_async_scheduling", "generate_steps_check"):
+            if key in part:
+                result[key] = part[key]
+        if rc != 0 or part.get("status") != "ok":
+            last = (part.get("error") or "no JSON").strip().splitlines()[-1]
+            failed.append(f"the {kind} engine's process ended with rc {rc}: {last}")
+    result["derived"] = derived(result["ways"])
+    if failed:
+        raise RuntimeError("; ".join(failed))
 
 
 def main() -> None:
@@ -201,6 +261,8 @@ def main() -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="GPU only")
     p.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: leave)")
     p.add_argument("--out", type=Path, default=RESULTS / "engine_step_overhead.json")
+    p.add_argument("--engine", choices=["all", *ENGINES], default="all",
+                   help="the engines to measure (all: on a GPU each in a process of its own, this script again)")
     args = p.parse_args()
     if args.shape:
         from reasonrl.bench.shapes import SHAPE_ALIASES, trainer_model_dir
@@ -213,7 +275,10 @@ def main() -> None:
     result: Dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                               "ways": {}, "derived": derived({})}
     with recorded(args.out, result, wall_start):
-        measure(args, result)
+        if args.engine == "all" and torch.cuda.is_available():
+            measure_apart(args, result)
+        else:
+            measure(args, result, ENGINES if args.engine == "all" else [args.engine])
     for name, way in result["ways"].items():
         print(name, {k: way[k] for k in ("wall_s_spread", "ms_per_step", "steps", "skipped") if k in way}, flush=True)
     print("derived", result["derived"], flush=True)
