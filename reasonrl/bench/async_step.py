@@ -11,7 +11,9 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
   ``async/staleness``, the share of the batch partial rollouts carried across a weight load (``partial``:
   ``rollout/partial_*``, when the samples record per-token versions) and the seconds of the publish the step reports
   (``weight_sync/<part>_s``: with continuous generation the previous publish's, which ran beside this step).
-* ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates, the version-lag histogram
+* ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates and walls, the mean wall and
+  the pooled rate (all trained tokens over all step seconds: the figure to compare when steps alternate between
+  long and short, where a median falls between two clusters), the version-lag histogram
   of the timed steps (the admission counters are cumulative: last timed step minus the last warm-up step) and the
   staleness of each step counted, the publish's seconds per part; with the actor's memory per step (on a GPU),
   ``actor_alloc_retries``: the caching allocator's retries during the timed steps (cumulative too: last timed step
@@ -118,6 +120,8 @@ def summarize(timed: List[Dict[str, Any]], before: Optional[Dict[str, Any]] = No
            "trained_tokens_per_s": spread([r["trained_tokens_per_s"] for r in timed]),
            "response_tokens_per_s": spread([r["response_tokens_per_s"] for r in timed]),
            "wall_s": spread([r["wall_s"] for r in timed]),
+           "wall_s_mean": statistics.fmean(r["wall_s"] for r in timed),
+           "trained_tokens_per_s_pooled": sum(r["trained_tokens"] for r in timed) / sum(r["wall_s"] for r in timed),
            "lag_histogram": lag_histogram(timed, before)}
     if timed[-1].get("actor_memory"):
         base = (before or {}).get("actor_memory") or {}

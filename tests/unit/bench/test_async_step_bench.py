@@ -63,6 +63,16 @@ def test_summary_median_spread_and_the_lag_counters_growth():
     assert "publish_s" not in summarize(timed, warm)  # colocated: no publish seconds reported
 
 
+def test_summary_pools_alternating_steps_where_the_median_falls_between_them():
+    # four steps of 1000 trained tokens each, walls 50, 10, 50, 10 s: the rates are 20, 100, 20, 100 tokens/s, whose
+    # median is 60; all 4000 tokens over all 120 s is 33.3 tokens/s, and the mean wall 30 s
+    timed = [step_record({"timing_s/step": 1.0, "perf/tokens_per_s": 1000.0}, wall) for wall in (50.0, 10.0, 50.0, 10.0)]
+    s = summarize(timed)
+    assert s["trained_tokens_per_s"]["median"] == pytest.approx(60.0)
+    assert s["trained_tokens_per_s_pooled"] == pytest.approx(4000.0 / 120.0)
+    assert s["wall_s_mean"] == pytest.approx(30.0) and s["wall_s"]["median"] == pytest.approx(30.0)
+
+
 def test_the_async_warm_up_covers_the_batches_started_before_the_lengths():
     from reasonrl.config import load_config
     from reasonrl.config.plan import RunPlan
@@ -109,3 +119,25 @@ def test_cpu_dry_run_of_the_same_gpu_async_mode(tmp_path):
     for step in entry["steps"]:
         assert step["trained_tokens"] == 2 * 2 * (16 + 16)  # every response 16 tokens: ignore_eos on the plan
         assert step["trained_tokens_per_s"] == pytest.approx(step["trained_tokens"] / step["wall_s"])
+
+
+def test_the_lease_table_gives_both_ratios_over_the_baseline():
+    from helpers import benchmark_module
+
+    bench = benchmark_module("async_step_table")
+    # baseline: two 20 s steps of 2000 tokens (100 tokens/s each); the other: walls 40 and 10 s of 2000 tokens each
+    # (50 and 200 tokens/s: median 125 -> 1.25x; pooled 4000 / 50 s = 80 -> 0.80x)
+    def run(mode, walls):
+        return {"modes": {mode: {"steps": [step_record({"timing_s/step": 1.0, "perf/tokens_per_s": 2000.0}, w)
+                                           for w in walls]}}}
+
+    runs = {label: bench.run_summary(run(mode, walls))[1]
+            for label, mode, walls in (("base", "colocated", (20.0, 20.0)), ("other", "async", (40.0, 10.0)))}
+    rows = {r["label"]: r for r in bench.table(runs, "base")}
+    assert rows["base"]["over_baseline_medians"] == rows["base"]["over_baseline_pooled"] == 1.0
+    assert rows["other"]["over_baseline_medians"] == pytest.approx(1.25)
+    assert rows["other"]["over_baseline_pooled"] == pytest.approx(0.80)
+    assert "| other | 2 | 25.00 (10.00-40.00) | 25.00 | 125 (50-200) | 80 | 1.25, 0.80 |" in bench.markdown(list(
+        rows.values()))
+    with pytest.raises(ValueError, match="one mode"):
+        bench.run_summary({"modes": {"a": {}, "b": {}}})
