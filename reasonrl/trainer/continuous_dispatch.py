@@ -267,7 +267,8 @@ class FleetDispatch:
         """``name``'s generate call of ``work`` raised ``error`` (the replica lives): as ``FleetSource._raised``."""
         if self.fleet.actor(name) is not actor:
             return
-        self.busy.pop(name, None)  # ``ref``, its one generate call in flight
+        if ref in self.busy.get(name, ()):  # its other call in flight (``plan.replica_calls``) runs on
+            self.busy[name].remove(ref)
         for _ in work:
             self.fleet.health.answered(name, time.monotonic())
         verdict = self.fleet.failures.raised(name, [j * self.batch_size + k for j, k, _ in work], error)
