@@ -3,7 +3,8 @@ seconds (median, min-max, mean), trained tokens/s (median, min-max) and pooled (
 seconds), and both ratios over the baseline run -> markdown on stdout, and the figures as JSON (``--out``).
 
     python benchmarks/async_step_table.py colocated=benchmarks/results/s27_async_colocated.json \\
-        nopartial=benchmarks/results/s27_async_nopartial.json in_engine=benchmarks/results/s27_async_partial_in_engine.json
+        nopartial=benchmarks/results/s27_async_nopartial.json \\
+        in_engine=benchmarks/results/s27_async_partial_in_engine.json
 
 The first run is the baseline (``--baseline LABEL`` picks another). The pooled ratio is the one to read when steps
 alternate between long and short (as the in-engine line of the twenty-seventh session's did), where a median falls

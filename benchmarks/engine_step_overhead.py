@@ -228,9 +228,11 @@ def measure_apart(args, result: Dict[str, Any]) -> None:
     GPU the engines run with sleep mode, whose CuMem allocator takes one engine per process."""
     failed = []
     for kind in ENGINES:
-        out = Path(tempfile.mkdtemp(prefix="stepcost-")) / f"{kind}.json"
-        rc = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--engine", kind, "--out", str(out)]).returncode
-        part = json.loads(out.read_text()) if out.exists() else {}
+        with tempfile.TemporaryDirectory(prefix="stepcost-") as tmp:
+            out = Path(tmp) / f"{kind}.json"
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--engine", kind, "--out", str(out)]
+            rc = subprocess.run(cmd).returncode
+            part = json.loads(out.read_text()) if out.exists() else {}
         result["ways"].update(part.get("ways", {}))  # what a failed part measured is kept too
         for key in ("machine", "sync_engine_async_scheduling", "generate_steps_check"):
             if key in part:

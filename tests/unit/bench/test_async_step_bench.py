@@ -66,7 +66,8 @@ def test_summary_median_spread_and_the_lag_counters_growth():
 def test_summary_pools_alternating_steps_where_the_median_falls_between_them():
     # four steps of 1000 trained tokens each, walls 50, 10, 50, 10 s: the rates are 20, 100, 20, 100 tokens/s, whose
     # median is 60; all 4000 tokens over all 120 s is 33.3 tokens/s, and the mean wall 30 s
-    timed = [step_record({"timing_s/step": 1.0, "perf/tokens_per_s": 1000.0}, wall) for wall in (50.0, 10.0, 50.0, 10.0)]
+    timed = [step_record({"timing_s/step": 1.0, "perf/tokens_per_s": 1000.0}, wall)
+             for wall in (50.0, 10.0, 50.0, 10.0)]
     s = summarize(timed)
     assert s["trained_tokens_per_s"]["median"] == pytest.approx(60.0)
     assert s["trained_tokens_per_s_pooled"] == pytest.approx(4000.0 / 120.0)
