@@ -103,6 +103,9 @@ class Sample:
     newest_version: Optional[int] = None
     """The version of the last response token (``token_versions[-1]``); equal to ``oldest_version`` when the
     weights did not change while it was generated; None without per-token versions."""
+    joined_running: bool = False
+    """In-engine partial rollouts: its replica call's requests joined another call's running engine steps
+    (``rollout.step_loop``), instead of starting an idle engine."""
     prompt: Any = None
     """The dataset prompt (``reasonrl.data.prompts.Prompt``: its row and token ids), bound on the driver
     (``bind_prompts``); None as the engine host returns it."""

@@ -39,6 +39,8 @@ class VersionedCompletion(Completion):
 
     versions: List[int] = field(default_factory=list)
     """The weight version that generated each token of ``token_ids`` (same length, never decreasing)."""
+    joined: bool = False
+    """Its call's requests joined another call's running engine steps (``step_loop.StepLoop``: in-engine mode)."""
 
     @property
     def oldest_version(self) -> Optional[int]:

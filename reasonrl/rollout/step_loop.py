@@ -32,6 +32,8 @@ class _Waiting:
         self.done = threading.Event()
         self.error: Optional[BaseException] = None
         self.left = len(requests.ids)
+        self.joined = False
+        """Its requests were added while another call's ran in the engine."""
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc
@@ -109,6 +111,8 @@ class StepLoop:
     def _add(self, engine, new: List[_Waiting]) -> None:
         if engine.has_unfinished_requests():
             self.joined += len(new)
+            for waiting in new:
+                waiting.joined = True
         else:
             self.refresh()
         for waiting in new:

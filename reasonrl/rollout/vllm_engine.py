@@ -174,16 +174,18 @@ class VLLMRolloutEngine:
         if not prompt_token_ids:
             return []
         prompts = [ids for ids in prompt_token_ids for _ in range(copies)]
-        groups = loop.run(prompts, self._vllm_sampling(sampling, n=sampling.n // copies), self._lora)
-        return self._versioned(groups, len(prompt_token_ids), sampling)
+        waiting = loop.submit(prompts, self._vllm_sampling(sampling, n=sampling.n // copies), self._lora)
+        groups = loop.wait(waiting)
+        return self._versioned(groups, len(prompt_token_ids), sampling, joined=waiting.joined)
 
-    def _versioned(self, groups, prompts: int, sampling: SamplingParams) -> list:
-        """The stepper's Streams as ``partial.VersionedCompletion``s, ``sampling.n`` per prompt, texts decoded."""
+    def _versioned(self, groups, prompts: int, sampling: SamplingParams, joined: bool = False) -> list:
+        """The stepper's Streams as ``partial.VersionedCompletion``s, ``sampling.n`` per prompt, texts decoded;
+        ``joined``: the call's requests joined running ones (``VersionedCompletion.joined``)."""
         from reasonrl.rollout.partial import VersionedCompletion
 
         samples = [s for group in groups for s in group]
         texts = self.llm.get_tokenizer().batch_decode([s.token_ids for s in samples], skip_special_tokens=True)
-        done = [VersionedCompletion(s.token_ids, t, s.logprobs, s.finish_reason, s.versions)
+        done = [VersionedCompletion(s.token_ids, t, s.logprobs, s.finish_reason, s.versions, joined)
                 for s, t in zip(samples, texts)]
         per = sampling.n
         return [done[i * per:(i + 1) * per] for i in range(prompts)]

@@ -170,15 +170,17 @@ def with_version_lag(batch: Batch, samples: List[Any], step: int) -> Batch:
 
 def partial_rollout_metrics(samples: List[Any]) -> Dict[str, float]:
     """How much of a batch partial rollouts carried across a weight load (``rollout.partial``): the share of samples
-    whose response tokens came from more than one weight version (``rollout/partial_spanning_frac``) and the share of
-    response tokens made by a newer version than their sample's first token (``rollout/partial_newer_token_frac``).
-    Empty when no sample records per-token versions."""
+    whose response tokens came from more than one weight version (``rollout/partial_spanning_frac``), the share of
+    response tokens made by a newer version than their sample's first token (``rollout/partial_newer_token_frac``)
+    and the share of samples whose replica call joined another's running engine steps (``rollout/partial_joined_frac``;
+    in-engine mode, else 0). Empty when no sample records per-token versions."""
     recorded = [s.token_versions for s in samples if s.token_versions]
     if not recorded:
         return {}
     newer = sum(sum(1 for v in versions if v != versions[0]) for versions in recorded)
     return {"rollout/partial_spanning_frac": sum(len(set(v)) > 1 for v in recorded) / len(samples),
-            "rollout/partial_newer_token_frac": newer / max(1, sum(len(v) for v in recorded))}
+            "rollout/partial_newer_token_frac": newer / max(1, sum(len(v) for v in recorded)),
+            "rollout/partial_joined_frac": sum(getattr(s, "joined_running", False) for s in samples) / len(samples)}
 
 
 def tool_metrics(gen) -> Dict[str, float]:

@@ -50,6 +50,7 @@ def completions_to_samples(groups: Sequence[int], results, with_tools: bool = Fa
                 s = out[-1]
                 s.token_versions, s.oldest_version, s.newest_version = versions, versions[0], versions[-1]
                 s.weights_version = versions[0]
+                s.joined_running = bool(getattr(c, "joined", False))
     return out
 
 

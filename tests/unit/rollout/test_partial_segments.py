@@ -73,3 +73,7 @@ def test_samples_carry_the_versions():
     assert partial.token_versions == [4, 4, 5] and (partial.oldest_version, partial.newest_version) == (4, 5)
     assert partial.weights_version == 4  # the oldest: the lag of its stalest token
     assert one.token_versions is None and one.oldest_version is None and one.weights_version is None
+    assert not partial.joined_running and not one.joined_running
+    joined = VersionedCompletion([1], "a", [], "stop", [6], joined=True)  # its call joined running engine steps
+    [s] = completions_to_samples([0], [[joined]])
+    assert s.joined_running

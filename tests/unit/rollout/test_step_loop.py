@@ -75,6 +75,7 @@ def test_a_call_added_mid_flight_runs_beside_the_first_and_returns_on_its_own(vl
     assert not b_done_when_a_returned
     assert tokens_of(a) == alone_a and tokens_of(b) == alone_b
     assert loop.joined == 1 and len(steps) == 2 + 20  # B's 20 steps are steps 3 to 22
+    assert handles["b"].joined and not handle_a.joined  # A started the idle engine, B joined its running steps
     assert all(s.versions == [0] * len(s.token_ids) for g in a + b for s in g)
     assert not vllm_engine.llm.llm_engine.has_unfinished_requests()
 
@@ -121,6 +122,7 @@ def test_calls_one_after_another_each_start_the_loop_through_the_generator(vllm_
             assert [c.text for c in joined] == [c.text for c in one]
             assert all(c.versions == [3] * len(c.token_ids) for c in joined)
     assert len(idle_reads) == 2 and gen.loop.joined == 0
+    assert not any(c.joined for group in out for c in group)  # each call started the loop: none joined
 
 
 def test_a_loop_that_cannot_start_fails_the_call_and_the_next_call_starts_one(vllm_engine, prompts, engine_thread):

@@ -41,7 +41,10 @@ def test_partial_rollout_metrics_count_the_samples_and_tokens_carried_across_a_l
     response with no per-token versions: 1 of the 3 samples spans, and 2 of the 6 recorded tokens are newer."""
     samples = [sample(4, 1, [1, 1, 2, 3]), sample(2, 3, [3, 3]), sample(5, 2)]
     assert partial_rollout_metrics(samples) == {"rollout/partial_spanning_frac": 1 / 3,
-                                                "rollout/partial_newer_token_frac": 2 / 6}
+                                                "rollout/partial_newer_token_frac": 2 / 6,
+                                                "rollout/partial_joined_frac": 0.0}
+    samples[1].joined_running = True  # its call joined another's running engine steps: 1 sample of 3
+    assert partial_rollout_metrics(samples)["rollout/partial_joined_frac"] == 1 / 3
 
 
 def test_partial_rollout_metrics_are_absent_without_per_token_versions():
