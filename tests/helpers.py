@@ -241,3 +241,17 @@ def chat_prompt_ids(tokenizer, questions: Sequence[str]) -> List[List[int]]:
     """Each question as one user turn under the tokenizer's chat template, with the generation prompt: token ids."""
     return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                                return_dict=True)["input_ids"]) for q in questions]
+
+
+def round_of(tmp_path: Path, step: int = 3, count: int = 4):
+    """A fleet round of ``count`` prompts (batch ``step``) over replica0 and replica1 (least outstanding requests),
+    its ledger journal under ``tmp_path``: (``FleetRound``, its router, its ledger)."""
+    from reasonrl.fleet.ledger import Ledger
+    from reasonrl.fleet.router import Router
+    from reasonrl.trainer.fleet_journal import FleetRound
+
+    router = Router("least_outstanding", load="requests")
+    router.add("replica0")
+    router.add("replica1")
+    ledger = Ledger.open(tmp_path / f"round_{step:06d}.jsonl", step, [step * count + k for k in range(count)])
+    return FleetRound(step, count, 2, router, ledger), router, ledger

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from reasonrl.fleet.health import FleetHealth, HealthPolicy
 from reasonrl.fleet.poison import FailureTracker
+from helpers import round_of
 from reasonrl.trainer.continuous_dispatch import FleetDispatch
-from test_fleet_round import round_of
 
 BATCH = 4
 

@@ -2,17 +2,9 @@
 replica's prompts issued again once, late and second answers dropped. Expectations derived by hand."""
 from __future__ import annotations
 
+from helpers import round_of
 from reasonrl.fleet.ledger import DONE, ISSUED, PENDING, Ledger
-from reasonrl.fleet.router import Router
-from reasonrl.trainer.fleet_journal import FleetRound, drop_rounds_from, ledger_summary
-
-
-def round_of(tmp_path, step=3, count=4):
-    router = Router("least_outstanding", load="requests")
-    router.add("replica0")
-    router.add("replica1")
-    ledger = Ledger.open(tmp_path / f"round_{step:06d}.jsonl", step, [step * count + k for k in range(count)])
-    return FleetRound(step, count, 2, router, ledger), router, ledger
+from reasonrl.trainer.fleet_journal import drop_rounds_from, ledger_summary
 
 
 def test_prompts_alternate_by_least_outstanding_requests_and_carry_round_ids(tmp_path):
