@@ -136,8 +136,13 @@ def main() -> None:
                              "1024 makes all containers together weigh as much as one host process")
     parser.add_argument("--data-dir", default=os.environ.get("REASONRL_DATA_DIR"),
                         help="folder with mbpp_sanitized.jsonl (default: $REASONRL_DATA_DIR)")
+    parser.add_argument("--hold-gib", type=float, default=0.0,
+                        help="first fill this many GiB of this process's memory, as a trainer holding a model does: "
+                             "what starting each run costs a large caller")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "sandbox.json"))
     args = parser.parse_args()
+    held = bytearray(int(args.hold_gib * 2**30))
+    held[::4096] = b"\x01" * len(range(0, len(held), 4096))  # one byte written a page: every page resident
     if "mbpp" in args.workloads and not args.data_dir:
         parser.error("the mbpp workload reads mbpp_sanitized.jsonl: give --data-dir or set REASONRL_DATA_DIR")
 
@@ -147,6 +152,7 @@ def main() -> None:
         "targets_programs_per_s": TARGETS,
         "notes": NOTES,
         "workloads": {},
+        "held_gib": args.hold_gib,
     }
     shares_file = Path("/sys/fs/cgroup/cpu/docker/cpu.shares")
     old_shares = shares_file.read_text().strip() if args.docker_cpu_shares and shares_file.exists() else None

@@ -1,7 +1,9 @@
 """The bwrap backend: bubblewrap namespaces + rlimits, run as an unprivileged uid.
 
 Each run: take a free uid slot (``reasonrl-sbx<k>`` users when we are root: RLIMIT_NPROC counts per real uid,
-so concurrent runs must not share one), then ``prlimit ... bwrap ... -- command`` as that uid with
+so concurrent runs must not share one), then ``prlimit ... bwrap ... -- command`` as that uid (switched by a
+``setpriv`` prefix, so the run starts with ``vfork``: ``Popen(user=...)`` makes CPython copy the whole caller with
+``fork``, which costs in proportion to its memory, about 0.3 s a run from a process holding a model) with
 
 * ``--unshare-all`` (user, pid, net, ipc, uts, cgroup namespaces: no network at all), ``--die-with-parent``,
   ``--new-session``, ``--as-pid-1``: the command itself is pid 1 of its namespace, so no helper process holds
@@ -36,7 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .base import ExecResult, FileMap, Limits, SandboxError, SandboxUnavailable
 from .common import (MiB, as_bytes, classify_exit, memfd_with, normalize_files, parent_dirs, prlimit_args,
-                     read_back_files, read_head, reap, wait_for)
+                     read_back_files, read_head, reap, setpriv_args, wait_for)
 from .image import SETUP_HINT, rootfs_dir
 from .seccomp import sysv_ipc_filter
 
@@ -124,6 +126,8 @@ class BwrapSandbox:
             raise SandboxUnavailable(f"bubblewrap ({bwrap!r}) is not installed; {SETUP_HINT}")
         if shutil.which("prlimit") is None:
             raise SandboxUnavailable("prlimit (util-linux) is not installed")
+        if os.geteuid() == 0 and shutil.which("setpriv") is None:
+            raise SandboxUnavailable("setpriv (util-linux) is not installed: as root, runs switch users with it")
         self.rootfs = str(rootfs_dir()) if rootfs == "auto" and rootfs_dir() else (None if rootfs == "auto" else rootfs)
         self.is_root = os.geteuid() == 0
         if self.is_root:
@@ -218,11 +222,12 @@ class BwrapSandbox:
                 self.slots.release(slot)
 
     def _execute(self, argv, limits, uid, gid, stdin_fd, out_fd, err_fd, pass_fds, work_bind, read_back) -> ExecResult:
-        switch = {"user": uid, "group": gid, "extra_groups": []} if self.is_root else {}
+        if self.is_root:  # as a command prefix, not Popen(user=...): that makes CPython fork where it could vfork
+            argv = setpriv_args(uid, gid) + argv
         start = time.monotonic()
         try:
             proc = subprocess.Popen(argv, stdin=stdin_fd, stdout=out_fd, stderr=err_fd, pass_fds=pass_fds,
-                                    start_new_session=True, env=dict(ENV), close_fds=True, **switch)
+                                    start_new_session=True, env=dict(ENV), close_fds=True)
         except OSError as exc:
             raise SandboxError(f"could not start bwrap: {exc}") from exc
         timed_out = False

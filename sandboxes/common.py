@@ -82,6 +82,13 @@ def rlimit_pairs(limits: Limits, nproc: int | None) -> Dict[int, Tuple[int, int]
     return pairs
 
 
+def setpriv_args(uid: int, gid: int) -> List[str]:
+    """A ``setpriv`` (util-linux) command prefix that runs the rest as ``uid``:``gid`` with no supplementary groups
+    (what ``Popen(user=uid, group=gid, extra_groups=[])`` does, without a step in the child that stops CPython from
+    starting it with ``vfork``)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
 def prlimit_args(limits: Limits, nproc: int | None) -> List[str]:
     """The same limits as a ``prlimit`` (util-linux) command prefix, which sets them without a preexec_fn."""
     names = {resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
