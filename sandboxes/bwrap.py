@@ -126,10 +126,10 @@ class BwrapSandbox:
             raise SandboxUnavailable(f"bubblewrap ({bwrap!r}) is not installed; {SETUP_HINT}")
         if shutil.which("prlimit") is None:
             raise SandboxUnavailable("prlimit (util-linux) is not installed")
-        if os.geteuid() == 0 and shutil.which("setpriv") is None:
-            raise SandboxUnavailable("setpriv (util-linux) is not installed: as root, runs switch users with it")
         self.rootfs = str(rootfs_dir()) if rootfs == "auto" and rootfs_dir() else (None if rootfs == "auto" else rootfs)
         self.is_root = os.geteuid() == 0
+        if self.is_root and shutil.which("setpriv") is None:
+            raise SandboxUnavailable("setpriv (util-linux) is not installed: as root, runs switch users with it")
         if self.is_root:
             uids = _sandbox_uids(user_prefix)
             if not uids:

@@ -6,8 +6,8 @@ runs the long tail of a batch with few sequences while the next batch's groups, 
 to return (docs/async.md, the in-engine section). Here a call adds its requests to the loop already running, between
 two of its steps, and returns as soon as its own requests are done, while the others run on.
 
-* ``run(prompts, params, lora_request)`` puts the call's ``vllm_stepper.Requests`` in the inbox and waits for them
-  (``submit``, then ``wait``). The first call while no loop runs starts one with ``start(fn)``
+* ``submit(prompts, params, lora_request)`` puts the call's ``vllm_stepper.Requests`` in the inbox and returns its
+  handle; ``wait(handle)`` waits for them. The first call while no loop runs starts one with ``start(fn)``
   (``EngineThread.submit``: on the engine's thread, not waited for); every other call joins it.
 * The loop, on the engine's thread: before adding a batch of calls when no request is in the engine, ``refresh()``
   (the newest staged weights loaded, and the prefix cache dropped if a load made it stale: nothing runs, so it can);
@@ -54,10 +54,6 @@ class StepLoop:
         self.joined = 0
         """Calls added while requests of another call were in the engine."""
 
-    def run(self, prompts: Sequence[Sequence[int]], params, lora_request) -> List[List[Stream]]:
-        """For each prompt, ``params.n`` Streams, as ``vllm_stepper.run`` gives them."""
-        return self.wait(self.submit(prompts, params, lora_request))
-
     def submit(self, prompts: Sequence[Sequence[int]], params, lora_request) -> "_Waiting":
         """Queue a call's requests (the loop adds them before its next step, or a new loop is started); its handle."""
         if not prompts:
@@ -79,7 +75,8 @@ class StepLoop:
 
     @staticmethod
     def wait(waiting: "_Waiting") -> List[List[Stream]]:
-        """A submitted call's Streams once all its requests are done; the loop's error if it failed."""
+        """A submitted call's Streams once all its requests are done (for each prompt, ``params.n`` Streams, as
+        ``vllm_stepper.run`` gives them); the loop's error if it failed."""
         waiting.done.wait()
         if waiting.error is not None:
             raise waiting.error

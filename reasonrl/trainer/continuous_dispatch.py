@@ -247,8 +247,7 @@ class FleetDispatch:
             bind_prompts(group, self.drawn[j][0])
         verify(samples, self.pool, self.reward_cfg)
         with self.cv:
-            if ref in self.busy.get(name, ()):
-                self.busy[name].remove(ref)
+            self._free(name, ref)
             for _ in work:
                 self.fleet.health.answered(name, time.monotonic())
             self.fleet.failures.answered(name, [j * self.batch_size + k for j, k, _ in work])
@@ -263,12 +262,16 @@ class FleetDispatch:
                                             versions=(min(versions), max(versions)) if versions else None)
             self.cv.notify_all()
 
+    def _free(self, name: str, ref: Any) -> None:
+        """``name``'s call ``ref`` is no longer in flight (its replica's other calls are)."""
+        if ref in self.busy.get(name, ()):
+            self.busy[name].remove(ref)
+
     def _raised(self, name: str, actor: Any, ref: Any, work: List[Tuple[int, int, int]], error: str) -> None:
         """``name``'s generate call of ``work`` raised ``error`` (the replica lives): as ``FleetSource._raised``."""
         if self.fleet.actor(name) is not actor:
             return
-        if ref in self.busy.get(name, ()):  # its other call in flight (``plan.replica_calls``) runs on
-            self.busy[name].remove(ref)
+        self._free(name, ref)  # its other call in flight (``plan.replica_calls``) runs on
         for _ in work:
             self.fleet.health.answered(name, time.monotonic())
         verdict = self.fleet.failures.raised(name, [j * self.batch_size + k for j, k, _ in work], error)

@@ -180,7 +180,7 @@ def partial_rollout_metrics(samples: List[Any]) -> Dict[str, float]:
     newer = sum(sum(1 for v in versions if v != versions[0]) for versions in recorded)
     return {"rollout/partial_spanning_frac": sum(len(set(v)) > 1 for v in recorded) / len(samples),
             "rollout/partial_newer_token_frac": newer / max(1, sum(len(v) for v in recorded)),
-            "rollout/partial_joined_frac": sum(getattr(s, "joined_running", False) for s in samples) / len(samples)}
+            "rollout/partial_joined_frac": sum(s.joined_running for s in samples) / len(samples)}
 
 
 def tool_metrics(gen) -> Dict[str, float]:

@@ -6,8 +6,7 @@ import os
 
 import pytest
 from components import needs_vllm
-from helpers import chat_prompt_ids
-from helpers import generate_across_a_load, perturbed_weights
+from helpers import chat_prompt_ids, generate_across_a_load, perturbed_weights
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 

@@ -99,7 +99,7 @@ def test_an_error_in_the_loop_reaches_every_waiting_call(vllm_engine, prompts, e
         loop.wait(handles["b"])
     assert not vllm_engine.llm.llm_engine.has_unfinished_requests()  # aborted, the engine usable again
     again = StepLoop(vllm_engine.llm, engine_thread.submit, refresh=lambda: 0, before_step=lambda: 0)
-    assert len(again.run(prompts[:1], greedy(3), None)[0][0].token_ids) == 3
+    assert len(again.wait(again.submit(prompts[:1], greedy(3), None))[0][0].token_ids) == 3
 
 
 def test_calls_one_after_another_each_start_the_loop_through_the_generator(vllm_engine, prompts, engine_thread):
@@ -131,7 +131,7 @@ def test_a_loop_that_cannot_start_fails_the_call_and_the_next_call_starts_one(vl
     starts = [closed.submit]
     loop = StepLoop(vllm_engine.llm, lambda fn: starts[-1](fn), refresh=lambda: 0, before_step=lambda: 0)
     with pytest.raises(RuntimeError, match="shutdown"):
-        loop.run(prompts[:1], greedy(3), None)
+        loop.wait(loop.submit(prompts[:1], greedy(3), None))
     starts.append(engine_thread.submit)
     handle = loop.submit(prompts[:1], greedy(3), None)
     assert handle.done.wait(timeout=120), "the second call was queued behind a loop that never ran"
