@@ -17,8 +17,10 @@ sampling ignores EOS, so the lengths are the benchmark's), the workers from ``Ra
 colocated engine, ``BenchRolloutWorker`` for the replica: ``reasonrl/bench/async_step.py``), each step
 ``Trainer.train_step``. The model is the random-weight Qwen2.5 shape of ``reasonrl/bench/shapes.py``, the prompts
 ``reasonrl/bench/workload.py``'s, the rewards the ``bench_random`` plugin's. ``--length-dist longtail`` (vLLM only):
-every sample its own length from ``reasonrl/bench/lengths.py`` (log-normal, median ``--length-median``, capped at
-``--response-len``), the same multiset in both modes, so the async mode's gain is the long tail's bubble filled.
+every sample its own length from ``reasonrl/bench/lengths.py`` (log-normal, median ``--length-median``, sigma
+``--length-sigma``, capped at ``--response-len``), the same multiset in both modes, so the async mode's gain is the
+long tail's bubble filled. The continuous fleet draws k batches beyond the last timed step
+(``reasonrl.bench.async_step.batches_to_draw``), so every timed update has generation beside it.
 
 Per timed step (after ``--warmup``): the wall seconds of ``train_step``, the tokens of the batch it trained (prompt +
 response) and its response tokens, each per wall second; the phases' ``timing_s/*``; ``admission/lag_tokens/<k>`` and
@@ -55,6 +57,7 @@ os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 import torch  # noqa: E402
 
+from reasonrl.bench.lengths import LONGTAIL_SIGMA  # noqa: E402
 from reasonrl.bench.mps import gpu_placement  # noqa: E402
 from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
 from reasonrl.bench.shapes import SHAPE_ALIASES, SHAPES, parameter_count, trainer_model_dir  # noqa: E402
@@ -66,7 +69,8 @@ ASYNC_DEFAULTS = ["trainer.mode=async", "fleet.enabled=true", "async_rollout.sha
 MODES = ("colocated", "async")
 
 
-def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool, warmup: int) -> List[str]:
+def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on_gpu: bool,
+                       total_steps: int) -> List[str]:
     """Both modes' config: the workload (the same for both), then ``--set``."""
     return [
         f"model.path={model_dir}", f"model.dtype={'bfloat16' if on_gpu else 'float32'}",
@@ -80,7 +84,7 @@ def workload_overrides(args, model_dir: Path, data_file: Path, run_dir: Path, on
         "algorithm.use_kl_loss=false", "trainer.profile=none", "trainer.resume=never",
         f"trainer.device={'cuda' if on_gpu else 'cpu'}", "trainer.seed=1", "trainer.num_workers=1",
         f"trainer.output_dir={run_dir}", "trainer.save_every=0", "trainer.val_every=0",
-        "trainer.val_before_train=false", "trainer.logger=[jsonl]", f"trainer.total_steps={warmup + args.steps}",
+        "trainer.val_before_train=false", "trainer.logger=[jsonl]", f"trainer.total_steps={total_steps}",
         *args.set,
     ]
 
@@ -102,7 +106,7 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     """One mode's trainer: warm-up and timed steps, recorded into ``result["modes"][mode]`` (written after each)."""
     import ray
 
-    from reasonrl.bench.async_step import BenchRolloutWorker, step_record, summarize, warmup_steps
+    from reasonrl.bench.async_step import BenchRolloutWorker, batches_to_draw, step_record, summarize, warmup_steps
     from reasonrl.bench.probes import BenchWorker
     from reasonrl.config import load_config
     from reasonrl.trainer.backends import RayBackend
@@ -112,20 +116,22 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     data_file = write_prompt_dataset(tmp / "prompts.jsonl", args.prompts, args.prompt_len, seed=0)
     mode_set = mode_overrides(args, mode)
 
-    def config_and_plan(warmup: int):
-        cfg, _ = load_config(workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu, warmup) + mode_set,
-                             cuda_available=on_gpu)
+    def config_and_plan(total_steps: int):
+        cfg, _ = load_config(workload_overrides(args, model_dir, data_file, tmp / mode, on_gpu, total_steps)
+                             + mode_set, cuda_available=on_gpu)
         return cfg, fixed_length_plan(cfg)
 
     entry: Dict[str, Any] = {"overrides": [*args.set, *mode_set]}  # beyond the workload's
     result["modes"][mode] = entry
-    cfg, plan = config_and_plan(1)  # the plan's steps ahead do not depend on the run's length
+    cfg, plan = config_and_plan(1 + args.steps)  # the plan's steps ahead do not depend on the run's length
     warmup = warmup_steps(args.warmup, plan.steps_ahead)
-    if warmup != 1:
-        cfg, plan = config_and_plan(warmup)
+    total_steps = batches_to_draw(warmup, args.steps, plan.steps_ahead)
+    if total_steps != 1 + args.steps:
+        cfg, plan = config_and_plan(total_steps)
     entry["plan"] = {"mode": plan.mode, "world_size": plan.world_size, "rollout_workers": plan.rollout_workers,
                      "share_devices": plan.share_devices, "steps_ahead": plan.steps_ahead,
-                     "mps": cfg.async_rollout.mps}  # the run's own MPS choice (the JSON's placement: --mps's)
+                     "mps": cfg.async_rollout.mps,  # the run's own MPS choice (the JSON's placement: --mps's)
+                     "total_steps": total_steps}  # batches the source may draw: k beyond the last timed step
     t0 = time.perf_counter()
     trainer = Trainer(cfg, plan, RayBackend(actor_worker=BenchWorker, rollout_worker=BenchRolloutWorker))
     try:
@@ -134,10 +140,11 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
         if args.length_dist != "fixed":
             from reasonrl.bench.lengths import response_lengths
 
-            drawn = response_lengths(args.length_dist, args.prompts * args.n, args.response_len, args.length_median, 0)
+            drawn = response_lengths(args.length_dist, args.prompts * args.n, args.response_len, args.length_median,
+                                     seed=0, sigma=args.length_sigma)
             (trainer.rollouts if plan.is_async else trainer.workers).bench_set_lengths(drawn)
             entry["response_lengths"] = {"dist": args.length_dist, "sum": sum(drawn), "max": max(drawn),
-                                         "median": sorted(drawn)[len(drawn) // 2]}
+                                         "median": sorted(drawn)[len(drawn) // 2], "sigma": args.length_sigma}
         records: List[Dict[str, Any]] = []
         for i in range(warmup + args.steps):
             start = time.perf_counter()
@@ -194,6 +201,8 @@ def parse_args(argv=None):
     p.add_argument("--response-len", type=int, default=2048, help="rollout.max_new_tokens (the long tail's cap)")
     p.add_argument("--length-dist", choices=["fixed", "longtail"], default="longtail")
     p.add_argument("--length-median", type=int, default=400, help="median of --length-dist longtail")
+    p.add_argument("--length-sigma", type=float, default=LONGTAIL_SIGMA,
+                   help="sigma of --length-dist longtail's log-normal (larger: a longer tail)")
     p.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="rollout.engine (hf: the CPU dry run)")
     p.add_argument("--micro-batch", type=int, default=8, help="actor.micro_batch_size_per_worker (rows)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="the colocated engine's share")

@@ -1,8 +1,9 @@
 """Response lengths for the GPU step benchmarks, produced the same way for reasonrl and TRL.
 
 ``response_lengths`` draws one length per sample of a step: ``fixed`` gives every sample ``max_len`` (the issue's
-first workload); ``longtail`` is a seeded log-normal with the given median (default 400) and sigma 0.8, clipped to
-[``min_len``, ``max_len``] (with max 2048: ~2% of the samples hit the cap, mean ~540 tokens), like reasoning traces.
+first workload); ``longtail`` is a seeded log-normal with the given median (default 400) and sigma (default 0.8),
+clipped to [``min_len``, ``max_len``] (with max 2048: ~2% of the samples hit the cap, mean ~540 tokens), like
+reasoning traces.
 
 ``with_per_sample_lengths`` wraps a vLLM ``LLM.generate`` so that each sample of a call stops at its own length:
 every request of n samples becomes n requests of one sample, the j-th sample of the call (in request order) gets
@@ -40,15 +41,16 @@ LONGTAIL_SIGMA = 0.8
 
 
 def response_lengths(dist: str, count: int, max_len: int, median: int = 400, min_len: int = 16,
-                     seed: int = 0) -> List[int]:
-    """``count`` response lengths of distribution ``dist`` (see the module docstring), deterministic in ``seed``."""
+                     seed: int = 0, sigma: float = LONGTAIL_SIGMA) -> List[int]:
+    """``count`` response lengths of distribution ``dist`` (see the module docstring), deterministic in ``seed``;
+    ``sigma`` is the log-normal's (a larger one, a longer tail)."""
     if dist == "fixed":
         return [max_len] * count
     if dist != "longtail":
         raise ValueError(f"unknown length distribution {dist!r}; choose one of {DISTRIBUTIONS}")
     rng = random.Random(seed)
     mu = math.log(median)
-    return [min(max_len, max(min_len, round(rng.lognormvariate(mu, LONGTAIL_SIGMA)))) for _ in range(count)]
+    return [min(max_len, max(min_len, round(rng.lognormvariate(mu, sigma)))) for _ in range(count)]
 
 
 def _token_ids(prompt: Any) -> Tuple[int, ...]:

@@ -11,7 +11,7 @@ import sys
 import pytest
 from paths import REPO
 
-from reasonrl.bench.async_step import lag_histogram, spread, step_record, summarize, warmup_steps
+from reasonrl.bench.async_step import batches_to_draw, lag_histogram, spread, step_record, summarize, warmup_steps
 
 
 def metrics(step_s, tokens_per_s, lag0, lag1, staleness=None):
@@ -88,6 +88,14 @@ def test_the_async_warm_up_covers_the_batches_started_before_the_lengths():
     assert warmup_steps(None, steps_ahead("trainer.mode=async", "async_rollout.max_staleness=0",
                                           "async_rollout.max_staleness=2")) == 3
     assert warmup_steps(4, 2) == 4  # --warmup wins
+
+
+def test_the_fleet_draws_k_batches_beyond_the_last_timed_step():
+    # k = 1: 2 warm-up + 8 timed steps train batches 0..9; batch 10 is drawn so that the replica still generates
+    # beside the 10th update, as it would in a longer run. Colocated draws exactly what it trains.
+    assert batches_to_draw(2, 8, 1) == 11
+    assert batches_to_draw(3, 8, 2) == 13
+    assert batches_to_draw(1, 8, 0) == 9
 
 
 def test_the_publish_seconds_a_step_reports_are_kept_per_part():

@@ -22,6 +22,22 @@ def test_longtail_is_seeded_bounded_and_long_tailed():
         response_lengths("uniform", 3, 10)
 
 
+def test_sigma_scales_each_draws_distance_from_the_median():
+    """A log-normal draw is median * exp(sigma * z), the same z for the same seed: doubling sigma doubles each
+    draw's log-distance from the median (where neither the cap nor rounding interferes)."""
+    import math
+
+    narrow = response_lengths("longtail", 64, 10**9, median=1000, min_len=1, seed=3, sigma=0.5)
+    wide = response_lengths("longtail", 64, 10**9, median=1000, min_len=1, seed=3, sigma=1.0)
+    assert response_lengths("longtail", 64, 10**9, median=1000, min_len=1, seed=3) == \
+        response_lengths("longtail", 64, 10**9, median=1000, min_len=1, seed=3, sigma=0.8)  # the default
+    far = [(a, b) for a, b in zip(narrow, wide) if abs(math.log(a / 1000)) > 0.2]  # rounding is < 0.1% there
+    assert len(far) > 20
+    for a, b in far:
+        assert math.log(b / 1000) == pytest.approx(2 * math.log(a / 1000), rel=0.01)
+    assert max(wide) > max(narrow) and min(wide) < min(narrow)
+
+
 def test_wrapper_gives_each_sample_its_length_and_regroups_by_request():
     from vllm import SamplingParams
 
