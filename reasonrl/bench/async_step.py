@@ -100,6 +100,9 @@ def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:
     partial = {k[len("rollout/"):]: float(v) for k, v in metrics.items() if k.startswith("rollout/partial_")}
     if partial:
         record["partial"] = partial
+    load = {k[len("fleet/load/"):]: float(v) for k, v in metrics.items() if k.startswith("fleet/load/")}
+    if load:  # groups each replica generated (several replicas a GPU: how the dispatcher spread them)
+        record["fleet_load"] = load
     publish = {k[len("weight_sync/"):-2]: float(v) for k, v in metrics.items()
                if k.startswith("weight_sync/") and k.endswith("_s")}
     if publish:

@@ -25,7 +25,9 @@ class AsyncRolloutConfig:
     """Place the rollout replicas on the actor's devices instead of devices of their own: replica r shares actor rank
     r's GPU (one placement-group bundle, half a Ray GPU each), its engine awake while the actor trains (no sleep
     between phases), so one GPU overlaps generation with training. The actor gets every GPU;
-    ``num_rollout_workers`` must equal the actor ranks; needs ``fleet.enabled`` (weights through Ray's object store:
+    ``num_rollout_workers`` must be a multiple m of the actor ranks: m replicas on each rank's GPU (replica r on rank
+    r mod ranks; the bundle split in m + 1 equal Ray shares), so that a group admitted while one replica's call
+    decodes its longest responses can start on another; needs ``fleet.enabled`` (weights through Ray's object store:
     NCCL refuses two ranks on one GPU). On a CPU the replicas share the cores, as in plain async mode (docs/async.md,
     "The same GPU for both")."""
     mps: str = "auto"
@@ -36,9 +38,10 @@ class AsyncRolloutConfig:
     the same, but refuse to start without a daemon; ``disabled``: leave the GPU as it is
     (``reasonrl/controller/mps.py``)."""
     engine_memory_fraction: float = 0.3
-    """With ``share_devices``: the share of each shared GPU's memory the replica's vLLM engine takes (its
-    ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); the rest is
-    the trainer's. The memory plan checks both together before anything loads."""
+    """With ``share_devices``: the share of each shared GPU's memory each replica's vLLM engine takes (its
+    ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); with m
+    replicas on a GPU they take m times this, the trainer the rest. The memory plan checks them all together before
+    anything loads."""
 
 
 @dataclass

@@ -128,9 +128,9 @@ def mps_problems(a) -> List[Problem]:
 
 def shared_device_problems(cfg) -> List[Problem]:
     """``async_rollout.share_devices`` (replica r on actor rank r's device, both awake): it needs the fleet (its
-    weights go through Ray's object store; the plain async mode's NCCL group cannot hold two ranks on one GPU), one
-    replica per actor rank, and the replicas on the actor's pool. The actor ranks' count on a GPU machine (all its
-    GPUs) is checked by ``RunPlan.build``."""
+    weights go through Ray's object store; the plain async mode's NCCL group cannot hold two ranks on one GPU), the
+    same number of replicas on each actor rank, and the replicas on the actor's pool. The actor ranks' count on a GPU
+    machine (all its GPUs) is checked by ``RunPlan.build``."""
     a, out = cfg.async_rollout, []
     if not a.share_devices:
         return out
@@ -138,10 +138,11 @@ def shared_device_problems(cfg) -> List[Problem]:
         out.append(("async_rollout.share_devices", "needs fleet.enabled=true: a replica on the actor's GPU takes the "
                                                    "weights through Ray's object store (the plain async mode's NCCL "
                                                    "broadcast group refuses two ranks on one GPU)"))
-    if cfg.trainer.num_workers and a.num_rollout_workers != cfg.trainer.num_workers:
+    workers = cfg.trainer.num_workers
+    if workers and (a.num_rollout_workers < workers or a.num_rollout_workers % workers):
         out.append(("async_rollout.num_rollout_workers",
-                    f"{a.num_rollout_workers} must equal trainer.num_workers ({cfg.trainer.num_workers}) with "
-                    "async_rollout.share_devices=true: one replica on each actor rank's device"))
+                    f"{a.num_rollout_workers} must be a multiple of trainer.num_workers ({workers}) with "
+                    "async_rollout.share_devices=true: the same number of replicas on each actor rank's device"))
     roles = (cfg.placement or {}).get("roles") or {}
     if "async_rollout" in roles:
         out.append(("placement.roles.async_rollout", f"{roles['async_rollout']!r} conflicts with "

@@ -94,7 +94,7 @@ def device_settings(cfg: Any, device: str, varlen_importable: bool = False) -> L
     rows.append(DeviceSetting("rollout.enforce_eager", enforce_eager, why))
     if on_gpu and cfg.trainer.mode == "async" and cfg.async_rollout.share_devices:
         rows.append(DeviceSetting("rollout.gpu_memory_utilization", cfg.async_rollout.engine_memory_fraction,
-                                  "async_rollout.engine_memory_fraction: the replica's share of the GPU it shares "
+                                  "async_rollout.engine_memory_fraction: each replica's share of the GPU it shares "
                                   "with an actor rank (awake while it trains); the rest is the trainer's"))
     elif on_gpu:
         rows.append(DeviceSetting("rollout.gpu_memory_utilization", r.gpu_memory_utilization,

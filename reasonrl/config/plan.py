@@ -71,8 +71,8 @@ class RunPlan:
     """Worker groups that time-share the cores on CPU (actor, critic, rollout): each worker gets the cluster's CPUs
     divided by world size x groups (``controller.cpus_per_worker``, once Ray is up)."""
     gpu_share: float
-    """GPU fraction of each actor rank (0.5 when the critic or, with ``share_devices``, a rollout replica shares
-    it; the replica takes the same fraction)."""
+    """GPU fraction of each actor rank (0.5 when the critic shares it; with ``share_devices``, 1 / (1 + the replicas
+    on it); each replica takes the same fraction)."""
     engine_sleep_level: int
     """vLLM's sleep level on GPU (``rollout.sleep_level`` resolved, ``engine_sleep_level``)."""
     lora_sync: str
@@ -91,8 +91,11 @@ class RunPlan:
     """Generate calls a fleet replica takes at once: 2 with ``rollout.partial_mode=in_engine`` (a second call joins
     the engine's running step loop, ``rollout/step_loop.py``), else 1."""
     share_devices: bool = False
-    """``async_rollout.share_devices`` in async mode: rollout replica r on actor rank r's device (one bundle, each
-    ``gpu_share`` of its GPU), its engine awake while the actor trains; the actor has every GPU."""
+    """``async_rollout.share_devices`` in async mode: rollout replica r on actor rank r mod ``world_size``'s device
+    (one bundle, each ``gpu_share`` of its GPU), its engine awake while the actor trains; the actor has every GPU."""
+    replicas_per_device: int = 0
+    """With ``share_devices``: the replicas on each actor rank's device (``num_rollout_workers`` / actor ranks), so
+    ``gpu_share`` is 1 / (1 + this); 0 otherwise."""
 
     @property
     def use_critic(self) -> bool:
@@ -126,10 +129,12 @@ class RunPlan:
         r, is_async = cfg.rollout, cfg.trainer.mode == "async"
         rollout_workers = cfg.async_rollout.num_rollout_workers if is_async else 0
         share = is_async and cfg.async_rollout.share_devices
-        if share and rollout_workers != world:
-            raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must equal the "
-                              f"{world} actor workers with async_rollout.share_devices=true (one replica on each actor "
-                              f"rank's device{'; the actor gets every GPU' if device == 'cuda' else ''})")
+        if share and (rollout_workers < world or rollout_workers % world):
+            raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must be a multiple "
+                              f"of the {world} actor workers with async_rollout.share_devices=true (the same number "
+                              f"of replicas on each actor rank's device"
+                              f"{'; the actor gets every GPU' if device == 'cuda' else ''})")
+        replicas_per_device = rollout_workers // world if share else 0
         if is_async and rollout_workers > 1 and world % rollout_workers and not cfg.fleet.enabled:
             raise ConfigError(f"config key 'async_rollout.num_rollout_workers': {rollout_workers} must divide the "
                               f"{world} actor workers (validation pads batches to the actor count)")
@@ -153,9 +158,10 @@ class RunPlan:
                                "logprobs": logprobs},
             validation_sampling={"n": 1, "temperature": r.val_temperature, "top_p": 1.0, "top_k": -1,
                                  "max_new_tokens": r.max_new_tokens, "logprobs": False},
-            ray_cpus=cores * (2 if (passes.values or is_async) else 1),
-            cpu_groups=1 + int(passes.values) + int(is_async),  # groups sharing the cores on CPU
-            gpu_share=0.5 if (passes.values or share) else 1.0, share_devices=share,
+            ray_cpus=cores * max(2 if (passes.values or is_async) else 1, 1 + replicas_per_device),
+            cpu_groups=1 + int(passes.values) + max(int(is_async), replicas_per_device),  # sharing the cores on CPU
+            gpu_share=1.0 / (1 + replicas_per_device) if share else 0.5 if passes.values else 1.0,
+            share_devices=share, replicas_per_device=replicas_per_device,
             replica_calls=2 if r.partial and r.partial_mode == "in_engine" else 1,
             device_settings=tuple(device_settings(cfg, device, hardware.varlen_attention)),
             max_model_len=cfg.data.max_prompt_length + max(r.max_new_tokens, cfg.eval.max_new_tokens))

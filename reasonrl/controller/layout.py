@@ -109,7 +109,8 @@ def resolve_layout(cfg: Any, cluster: Cluster) -> Layout:
     """The pools (sizes resolved) and roles of ``cfg`` on ``cluster``; LayoutError for a role mapped to a pool that
     has no size. A pool's ``workers: 0`` means: the actor's pool, ``trainer.num_workers`` or else the GPUs the other
     pools leave (1 on a cluster without GPUs); the async rollout pool, ``async_rollout.num_rollout_workers``. With
-    ``async_rollout.share_devices`` the rollout replicas are on the actor's pool (half of each bundle each)."""
+    ``async_rollout.share_devices`` the rollout replicas are on the actor's pool (the backend gives the actor rank and
+    each replica on its bundle an equal share, ``RunPlan.gpu_share``)."""
     spec = placement_config(cfg.placement)
     preset = spec.preset if spec.preset != "auto" else cfg.trainer.mode
     base = PLACEMENT_PRESETS[preset]
@@ -134,8 +135,8 @@ def resolve_layout(cfg: Any, cluster: Cluster) -> Layout:
             p["gpus"] = 0.0
             if name not in spec.pools and "actor" not in members[name]:
                 p["cpus"] = 0.0
-        if p["workers"] == 0 and "async_rollout" in members[name]:
-            p["workers"] = cfg.async_rollout.num_rollout_workers
+        if p["workers"] == 0 and "async_rollout" in members[name] and "actor" not in members[name]:
+            p["workers"] = cfg.async_rollout.num_rollout_workers  # (on the actor's pool, the actor sizes it)
         sized[name] = p
     main = roles["actor"]
     if sized[main]["workers"] == 0:

@@ -42,16 +42,19 @@ def ranks_that_fit(nodes: List[Dict[str, float]], bundle: Dict[str, float]) -> i
 
 
 def check_capacity(world_size: int, bundle: Dict[str, float], nodes: List[Dict[str, float]]) -> None:
-    """Raise ``ClusterTooSmallError`` naming the requested workers and the cluster's GPUs (CPUs on a CPU cluster)
-    when the ``world_size`` bundles cannot all be placed."""
+    """Raise ``ClusterTooSmallError`` naming the requested workers and the cluster's resource that runs short (GPUs,
+    or CPUs: on a CPU cluster, or where each bundle also holds room for replicas sharing its GPU) when the
+    ``world_size`` bundles cannot all be placed."""
     if ranks_that_fit(nodes, bundle) >= world_size:
         return
-    kind = "GPU" if bundle.get("GPU", 0) > 0 else "CPU"
+    kinds = [k for k in ("GPU", "CPU") if bundle.get(k, 0) > 0] or ["CPU"]
+    kind = min(kinds, key=lambda k: ranks_that_fit(nodes, {k: bundle[k]}))  # the kind that holds the fewest
     have = sum(n.get(kind, 0.0) for n in nodes)
-    need = world_size * bundle[kind]
+    need = world_size * bundle.get(kind, 0.0)
     per_node = ", ".join(f"{n.get(kind, 0.0):g}" for n in nodes)
+    each = bundle.get(kind, 0.0)
     raise ClusterTooSmallError(
-        f"trainer.num_workers={world_size} workers need {need:g} {kind}s ({bundle[kind]:g} each) but the Ray cluster "
+        f"trainer.num_workers={world_size} workers need {need:g} {kind}s ({each:g} each) but the Ray cluster "
         f"has {have:g} {kind}s over {len(nodes)} node(s) ({per_node} per node): lower trainer.num_workers or add nodes")
 
 

@@ -47,8 +47,9 @@ class WorkerGroup:
         """``gpu_fraction`` < 1 lets another group (the PPO critic) share each rank's GPU. ``engine_ranks``: ranks
         that share one rollout engine (``rollout.tensor_parallel_size``); ranks r*T .. r*T+T-1 form engine r.
         ``bundle_room``: each bundle reserved larger than this group's rank asks for (room for a group placed on it
-        later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r of that group's placement group (its
-        ``bundle_room`` holds both; ``async_rollout.share_devices``: replica r on actor rank r's GPU).
+        later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r mod its world size of that group's
+        placement group (its ``bundle_room`` holds them all; ``async_rollout.share_devices``: replica r on actor rank
+        r mod ranks' GPU, several replicas a GPU when there are more replicas than ranks).
         ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
         weights while generating); their calls need not run in the order issued. ``worker_env``: variables set in
         each worker's process (over the job's; e.g. the allocator of a shared GPU), whoever started Ray.
@@ -63,10 +64,12 @@ class WorkerGroup:
         gpus = gpu_fraction if use_gpu else 0
         bundle = {"CPU": cpus_per_worker, **({"GPU": gpus} if use_gpu else {})}
         self.owns_group = on_bundles_of is None
+        bundles = world_size
         if on_bundles_of is not None:
-            if world_size > on_bundles_of.world_size:
-                raise ValueError(f"{world_size} {worker_cls.__name__} ranks cannot share the {on_bundles_of.world_size} "
-                                 f"bundles of {on_bundles_of.worker_cls.__name__}")
+            bundles = on_bundles_of.world_size
+            if world_size % bundles:
+                raise ValueError(f"{world_size} {worker_cls.__name__} ranks cannot share the {bundles} bundles of "
+                                 f"{on_bundles_of.worker_cls.__name__} evenly")
             self.placement_group = on_bundles_of.placement_group
         else:
             self.placement_group = reserve_bundles(world_size, {**bundle, **(bundle_room or {})})
@@ -74,7 +77,7 @@ class WorkerGroup:
         remote_cls = ray.remote(worker_cls)
         env = {"OMP_NUM_THREADS": str(cpus_per_worker), **(worker_env or {})}
         self._spawn = lambda r: remote_cls.options(
-            num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r),
+            num_cpus=cpus_per_worker, num_gpus=gpus, scheduling_strategy=on_bundle(self.placement_group, r % bundles),
             runtime_env={"env_vars": env}, max_concurrency=max_concurrency,
         ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
                  num_threads=cpus_per_worker)

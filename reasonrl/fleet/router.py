@@ -17,7 +17,7 @@ not the router's any more: ``complete`` says False).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Collection, Dict, List, Optional, Tuple
 
 POLICIES = ("least_outstanding", "round_robin")
 LOADS = ("tokens", "requests")
@@ -116,9 +116,12 @@ class Router:
 
     # ------------------------------------------------------------------ requests
 
-    def assign(self, request: RouteRequest, avoid: Optional[str] = None) -> str:
+    def assign(self, request: RouteRequest, avoid: Optional[str] = None,
+               among: Optional[Collection[str]] = None) -> str:
         """The replica that serves ``request``; it counts as outstanding there until ``complete``. ``avoid``: a
-        replica not to choose (nor stick to) when another takes work (a prompt that just raised there)."""
+        replica not to choose (nor stick to) when another takes work (a prompt that just raised there). ``among``:
+        choose from these replicas when any of them takes work (the continuous dispatcher's idle ones), else from
+        all; a request that sticks to a replica still goes there."""
         if request.request_id in self._in_flight:
             raise ValueError(f"request {request.request_id!r} is already in flight")
         open_replicas = [r for r in self._replicas.values() if r.accepting]
@@ -129,6 +132,9 @@ class Router:
             for key, table in ((request.trajectory, self._trajectory_at), (request.group, self._group_at)):
                 if key is not None and table.get(key) == avoid:
                     del table[key]  # the prompt moves off the replica it raised on
+        narrowed = [r for r in open_replicas if among is not None and r.name in among]
+        if narrowed:
+            open_replicas = narrowed
         if self.policy == "round_robin":
             chosen = open_replicas[self._turn % len(open_replicas)]
             self._turn += 1

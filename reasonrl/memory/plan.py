@@ -254,7 +254,7 @@ def plan_memory(cfg: Any, model_config: Mapping[str, Any], device_bytes: Any,
 
         replica_rows = max(1, p.batch.responses_per_step // max(1, p.rollout_workers))
         phases, shared = with_resident_engine(phases, cfg, shape, p.device, dev, dt, replica_rows, P,
-                                              max(bucket, largest))
+                                              max(bucket, largest), max(1, p.replicas_per_device))
         notes = notes + shared
     return MemoryPlan(phases, dev, P, notes)
 

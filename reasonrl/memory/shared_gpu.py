@@ -1,4 +1,4 @@
-"""``async_rollout.share_devices``: one GPU holds an actor rank and a rollout replica's engine, both resident.
+"""``async_rollout.share_devices``: one GPU holds an actor rank and its rollout replicas' engines, all resident.
 
 The replica's engine never sleeps (it generates while the actor trains), so every phase of the actor's step
 (``plan_memory``'s async phases: its own rollout wait, log-probs, reference, update, weight send) has the engine's
@@ -36,31 +36,36 @@ def engine_fraction(cfg: Any) -> float:
 
 
 def with_resident_engine(phases: List[Any], cfg: Any, shape: ModelShape, device: str, device_bytes: float, dt: int,
-                         rows: int, P: int, bucket: float) -> Tuple[List[Any], List[str]]:
-    """``phases`` (the actor rank's, ``PhasePlan``) each with the replica's engine resident beside it (see the module
-    docstring), and the notes that refuse the layout whatever the totals. ``rows``: the replica's share of a step's
+                         rows: int, P: int, bucket: float, replicas: int = 1) -> Tuple[List[Any], List[str]]:
+    """``phases`` (the actor rank's, ``PhasePlan``) each with ``replicas`` replica engines resident beside it (see
+    the module docstring; each its own terms, named "replica i ..." when there are several, and its own CUDA
+    context), and the notes that refuse the layout whatever the totals. ``rows``: one replica's share of a step's
     samples; ``bucket``: the weight receive buffer's bytes."""
     engine_cfg = replace(cfg, rollout=replace(cfg.rollout, gpu_memory_utilization=engine_fraction(cfg)))
     engine, generating, _, notes = engine_terms(engine_cfg, shape, 1, device, device_bytes, dt, rows, P)
     notes = [n.replace("rollout.gpu_memory_utilization", FRACTION_KEY) for n in notes]
-    resident = {REPLICA + k: v for k, v in {**engine, **generating}.items()}
+    one = dict(**engine, **generating)
     if "engine KV cache + workspace" in engine:  # vLLM on a GPU
-        resident[REPLICA + "engine beyond its share (CUDA graphs, measured)"] = VLLM_REPLICA_BEYOND_SHARE_BYTES
-    context = CUDA_CONTEXT_BYTES if device == "cuda" else 0.0
+        one["engine beyond its share (CUDA graphs, measured)"] = VLLM_REPLICA_BEYOND_SHARE_BYTES
+    prefixes = [REPLICA] if replicas == 1 else [f"{REPLICA}{i + 1} " for i in range(replicas)]
+    resident = {prefix + k: v for prefix in prefixes for k, v in one.items()}
+    context = CUDA_CONTEXT_BYTES * replicas if device == "cuda" else 0.0
     out = []
     for p in phases:
         terms = {**p.terms, **resident}
         if p.name == "weight_send":
-            terms[REPLICA + "weight receive buffer (one packed bucket)"] = bucket
+            terms.update({prefix + "weight receive buffer (one packed bucket)": bucket for prefix in prefixes})
         out.append(replace(p, terms=terms, overhead=p.overhead + context))
     return out, notes
 
 
-def describe_share(cfg: Any, device_bytes: float) -> str:
-    """What a shared GPU holds, for the refusal's message: the keys and the engine's figure."""
+def describe_share(cfg: Any, device_bytes: float, replicas: int = 1) -> str:
+    """What a shared GPU holds, for the refusal's message: the keys and the engines' figure."""
     fraction = engine_fraction(cfg)
-    return (f"async_rollout.share_devices=true: each GPU holds an actor rank and a replica's engine, awake together; "
-            f"{FRACTION_KEY}={fraction:g} gives the engine {fraction * device_bytes / GIB:.1f} GiB of "
+    engines = "a replica's engine" if replicas == 1 else f"{replicas} replicas' engines"
+    each = "the engine" if replicas == 1 else "each engine"
+    return (f"async_rollout.share_devices=true: each GPU holds an actor rank and {engines}, awake together; "
+            f"{FRACTION_KEY}={fraction:g} gives {each} {fraction * device_bytes / GIB:.1f} GiB of "
             f"{device_bytes / GIB:.1f}, the trainer the rest")
 
 

@@ -81,8 +81,9 @@ class RayBackend:
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
         env = allocator_env(plan.share_devices, plan.device, os.environ)  # a shared GPU: expandable segments
-        # async_rollout.share_devices: each actor bundle has room for a replica (rank r's GPU, the same CPUs again)
-        room = {"CPU": 2 * cpus, **({"GPU": 1.0} if cuda else {})} if plan.share_devices else None
+        # async_rollout.share_devices: each actor bundle has room for its replicas (rank r's GPU, the same CPUs again)
+        room = ({"CPU": (1 + plan.replicas_per_device) * cpus, **({"GPU": 1.0} if cuda else {})}
+                if plan.share_devices else None)
         with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks,
@@ -93,7 +94,7 @@ class RayBackend:
                                             gpu_fraction=plan.gpu_share, worker_env=env)
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
             concurrency = plan.replica_calls + 1 if cfg.rollout.partial else 1  # + weights staged while generating
-            if plan.share_devices:  # replica r on actor rank r's bundle: the same GPU, awake while the actor trains
+            if plan.share_devices:  # replica r on actor rank r mod ranks' bundle: its GPU, awake while the actor trains
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
                                               max_concurrency=concurrency, worker_env=env)

@@ -173,7 +173,8 @@ class FleetDispatch:
             self.fail(exc)
 
     def _admit(self) -> None:
-        """Admit queued groups while admission lets them start; route each to a replica's backlog."""
+        """Admit queued groups while admission lets them start; route each to a replica's backlog, preferring the
+        replicas that could start it now (``idle``)."""
         admitted: Dict[int, List[int]] = {}
         while self.queue:
             j, k = self.queue[0]
@@ -184,11 +185,21 @@ class FleetDispatch:
                 raise RuntimeError(f"group {k} of batch {j} was admitted into batch {index}")
             self.queue.popleft()
             admitted.setdefault(j, []).append(k)
+        idle = self.idle() if admitted else []
         for j, positions in admitted.items():
-            self._route(j, positions)
+            self._route(j, positions, among=idle)
 
-    def _route(self, j: int, positions: List[int], avoid: Optional[Dict[int, str]] = None) -> None:
-        for name, issued in self.rounds[j].assign(positions, avoid).items():
+    def idle(self) -> List[str]:
+        """The replicas taking work that could start a call now: fewer than ``plan.replica_calls`` in flight and
+        nothing waiting in their backlog. A group admitted while another replica's only call decodes its longest
+        responses goes to one of these, not half of it behind that call's tail (several replicas a GPU,
+        ``async_rollout.num_rollout_workers``; with one replica this changes nothing)."""
+        return [name for name in self.fleet.router.accepting()
+                if len(self.busy.get(name, ())) < self.plan.replica_calls and not self.backlog.get(name)]
+
+    def _route(self, j: int, positions: List[int], avoid: Optional[Dict[int, str]] = None,
+               among: Optional[List[str]] = None) -> None:
+        for name, issued in self.rounds[j].assign(positions, avoid, among).items():
             self.backlog.setdefault(name, []).extend((j, k, attempt) for k, attempt in issued)
         if self.batch_size - 1 in positions:
             fault_point("fleet.round_issued")  # test hook: the trainer stops with a whole batch issued

@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from reasonrl.fault_points import fault_point
 from reasonrl.fleet.ledger import DONE, ISSUED, Ledger
@@ -87,15 +87,16 @@ class FleetRound:
     def prompt_id(self, k: int) -> int:
         return self.step * self.count + k
 
-    def assign(self, positions: Sequence[int], avoid: Optional[Dict[int, str]] = None) -> Dict[str, List[Issued]]:
+    def assign(self, positions: Sequence[int], avoid: Optional[Dict[int, str]] = None,
+               among: Optional[Collection[str]] = None) -> Dict[str, List[Issued]]:
         """Route each prompt position (its ``n`` samples together) to a replica taking work and issue it in the
         ledger; replica -> its (position, attempt) pairs. ``avoid``: prompt id -> a replica to keep it off when
-        another takes work (where it just raised)."""
+        another takes work (where it just raised); ``among``: the replicas to prefer (``Router.assign``)."""
         out: Dict[str, List[Issued]] = {}
         for k in positions:
             attempt = self.ledger.state(self.prompt_id(k)).attempt + 1
             name = self.router.assign(RouteRequest(f"{self.step}:{k}:{attempt}", group=f"{self.step}:{k}", n=self.n),
-                                      avoid=(avoid or {}).get(self.prompt_id(k)))
+                                      avoid=(avoid or {}).get(self.prompt_id(k)), among=among)
             out.setdefault(name, []).append((k, self.ledger.issue(self.prompt_id(k), name)))
         return out
 

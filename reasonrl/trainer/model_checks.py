@@ -75,7 +75,7 @@ def check_memory_plan(cfg: Config, plan: RunPlan, model_config: Mapping[str, Any
         return
     over = ", ".join([f"{p.name} {p.total / GIB:.1f} GiB" for p in memory.phases if not p.fits] + memory.notes)
     fixes = fit_suggestions(cfg, model_config, device_bytes, plan)
-    shared = f" ({describe_share(cfg, device_bytes)})" if plan.share_devices else ""
+    shared = f" ({describe_share(cfg, device_bytes, plan.replicas_per_device)})" if plan.share_devices else ""
     raise ConfigError(f"the memory plan does not fit the device's {device_bytes / GIB:.1f} GiB{shared}: {over}"
                       + (f"; each of these would make it fit: {', '.join(fixes)}" if fixes else
                          "; no single change makes it fit (more GPUs, a smaller model or shorter sequences)")

@@ -59,7 +59,9 @@ def test_the_layout_puts_the_replicas_on_the_actors_pool():
     (["trainer.mode=async", "async_rollout.share_devices=true", "data.train_batch_size=8"],
      "async_rollout.share_devices", "needs fleet.enabled=true"),
     ([*SHARED, "trainer.num_workers=2", "async_rollout.num_rollout_workers=1"],
-     "async_rollout.num_rollout_workers", "1 must equal trainer.num_workers (2)"),
+     "async_rollout.num_rollout_workers", "1 must be a multiple of trainer.num_workers (2)"),
+    ([*SHARED, "trainer.num_workers=2", "async_rollout.num_rollout_workers=3"],
+     "async_rollout.num_rollout_workers", "3 must be a multiple of trainer.num_workers (2)"),
     ([*SHARED, "placement.roles.async_rollout=rollout"], "placement.roles.async_rollout",
      "conflicts with async_rollout.share_devices=true"),
     ([*SHARED, "async_rollout.engine_memory_fraction=1"], "async_rollout.engine_memory_fraction",
@@ -75,7 +77,23 @@ def test_unsupported_shared_layouts_are_refused_naming_the_keys(args, key, words
 
 
 def test_replicas_must_match_the_actor_ranks_the_gpus_give():
-    cfg = gpu_cfg(*SHARED, "async_rollout.num_rollout_workers=2")
-    with pytest.raises(ConfigError, match=re.escape("config key 'async_rollout.num_rollout_workers': 2 must equal the "
-                                                    "4 actor workers with async_rollout.share_devices=true")):
-        RunPlan.build(cfg, Hardware("cuda", gpu_count=4))
+    for replicas in (2, 6):  # fewer than the 4 ranks, or not the same number on each
+        cfg = gpu_cfg(*SHARED, "data.train_batch_size=24", f"async_rollout.num_rollout_workers={replicas}")
+        with pytest.raises(ConfigError, match=re.escape(f"config key 'async_rollout.num_rollout_workers': {replicas} "
+                                                        "must be a multiple of the 4 actor workers with "
+                                                        "async_rollout.share_devices=true")):
+            RunPlan.build(cfg, Hardware("cuda", gpu_count=4))
+
+
+def test_several_replicas_a_gpu_split_its_bundle_evenly():
+    # 2 GPUs, 4 replicas: two on each actor rank's GPU, so the actor rank and each replica take a third in Ray
+    plan = RunPlan.build(gpu_cfg(*SHARED, "async_rollout.num_rollout_workers=4"), Hardware("cuda", gpu_count=2))
+    assert (plan.world_size, plan.rollout_workers, plan.replicas_per_device) == (2, 4, 2)
+    assert plan.gpu_share == pytest.approx(1 / 3)
+    one = RunPlan.build(gpu_cfg(*SHARED), Hardware("cuda", gpu_count=1))
+    assert (one.replicas_per_device, one.gpu_share) == (1, 0.5)
+    # on a CPU the replicas are groups of their own sharing the cores: actor + 2 replicas = 3 groups
+    cpu, _ = load_config(["trainer.profile=none", *SHARED, "async_rollout.num_rollout_workers=2"],
+                         cuda_available=False)
+    cpu_plan = RunPlan.build(cpu, Hardware("cpu", cpu_count=2))
+    assert (cpu_plan.replicas_per_device, cpu_plan.cpu_groups, cpu_plan.ray_cpus) == (2, 3, 6)

@@ -1,6 +1,7 @@
 """``async_rollout.share_devices`` placed by the trainer's own ``RayBackend.start`` on a real Ray cluster that declares
-2 logical GPUs: with it, rollout replica r lands on actor rank r's placement-group bundle and GPU (half a GPU each);
-without it, the replica gets a GPU and a placement group of its own. The workers are probes that report where they
+2 logical GPUs: with it, rollout replica r lands on actor rank r's placement-group bundle and GPU (half a GPU each;
+with two replicas a rank, replica r on rank r mod 2 and a third each); without it, the replica gets a GPU and a
+placement group of its own. The workers are probes that report where they
 run (the backend, WorkerGroup and Ray are the real ones; no model is loaded)."""
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class ReplicaProbe(Probe):
 
 @pytest.fixture(scope="module")
 def two_gpus():
-    with ray_test_cluster({"num_cpus": 4, "num_gpus": 2}, []) as cluster:
+    with ray_test_cluster({"num_cpus": 6, "num_gpus": 2}, []) as cluster:
         yield cluster
 
 
@@ -79,3 +80,29 @@ def test_replicas_share_their_actor_ranks_bundle_and_gpu_or_get_their_own(two_gp
     finally:
         groups.rollouts.shutdown()
         groups.actor.shutdown()
+
+
+@pytest.mark.slow  # six probe actors on the module's raylet
+def test_two_replicas_a_rank_share_its_bundle_in_thirds(two_gpus):
+    groups, actors, replicas = start("async_rollout.share_devices=true", "async_rollout.num_rollout_workers=4")
+    try:
+        assert [r["rank"] for r in replicas] == [0, 1, 2, 3]
+        for r in replicas:  # replica r on actor rank r mod 2: its placement group, its bundle's GPU
+            a = actors[r["rank"] % 2]
+            assert r["group"] == a["group"] == groups.actor.placement_group.id.hex()
+            assert r["gpus"] == a["gpus"] and len(r["gpus"]) == 1
+            assert r["GPU"] == a["GPU"] == pytest.approx(1 / 3, abs=1e-4)  # Ray keeps 4 decimals
+        assert actors[0]["gpus"] != actors[1]["gpus"]
+    finally:
+        groups.rollouts.shutdown()
+        groups.actor.shutdown()
+
+
+def test_a_cluster_short_of_cpus_for_the_replicas_room_is_named_so():
+    from reasonrl.controller import ClusterTooSmallError
+    from reasonrl.controller.placement import check_capacity
+
+    # two ranks, each bundle 1 GPU and 3 CPUs (the actor rank and two replicas): the GPUs suffice, the CPUs do not
+    with pytest.raises(ClusterTooSmallError, match=r"need 6 CPUs \(3 each\) but the Ray cluster has 4 CPUs"):
+        check_capacity(2, {"CPU": 3, "GPU": 1.0}, [{"CPU": 4, "GPU": 2}])
+    check_capacity(2, {"CPU": 2, "GPU": 1.0}, [{"CPU": 4, "GPU": 2}])  # fits: no error

@@ -39,6 +39,21 @@ def test_ties_go_to_the_earliest_added_and_requests_load_counts_requests():
     assert [router.outstanding(n) for n in "xyz"] == [2, 1, 1]
 
 
+def test_among_narrows_the_choice_while_one_of_them_takes_work():
+    router = fleet("a", "b", "c", load="requests")
+    assert router.assign(req("busy_b"), among=["b"]) == "b"  # a 0, b 1, c 0
+    # least outstanding overall is a (0, the earliest added); among b and c it is c, then b (1, 1 -> b earlier)
+    assert router.assign(req(1), among=["b", "c"]) == "c"
+    assert router.assign(req(2), among=["b", "c"]) == "b"
+    router.drain("b")
+    router.drain("c")
+    assert router.assign(req(3), among=["b", "c"]) == "a"  # none of them takes work: all the open replicas
+    assert router.assign(req(4), among=[]) == "a"
+    router.add("d")
+    router.assign(req("g1", group="g"), among=["a"])  # a group sticks where it went, whatever among says
+    assert router.assign(req("g2", group="g"), among=["d"]) == "a"
+
+
 def test_the_samples_of_one_prompt_go_to_one_replica():
     router = fleet("a", "b")
     # group g's first request -> a (tie); b is then lighter, but g's other samples stay on a; h goes to b

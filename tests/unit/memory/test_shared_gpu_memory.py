@@ -59,6 +59,19 @@ def test_each_shared_phase_is_the_trainers_plus_the_engines_share():
         assert both.phase(name).total == pytest.approx(alone.phase(name).total + 0.3 * DEVICE + BEYOND + GIB)
 
 
+def test_two_replicas_a_gpu_are_each_resident_with_a_context_of_their_own():
+    _, _, one = shared(0.2)
+    _, plan, two = planned("async_rollout.share_devices=true", "async_rollout.engine_memory_fraction=0.2",
+                           "async_rollout.num_rollout_workers=2")
+    assert plan.replicas_per_device == 2
+    for name in ("rollout", "update"):  # one more engine: 0.2 x 80 GiB, its measured excess and one more context
+        assert two.phase(name).total == pytest.approx(one.phase(name).total + 0.2 * DEVICE + BEYOND + GIB)
+    terms = two.phase("update").terms
+    assert terms["replica 1 engine weights"] == terms["replica 2 engine weights"] == 2 * P
+    assert "replica engine weights" not in terms
+    assert two.phase("update").overhead == 3 * GIB  # the actor rank and two replicas
+
+
 def test_fits_at_0_3_and_not_at_0_9():
     assert shared(0.3)[2].fits  # update 42.29 (the trainer alone) + 24 + 2.96 + 1 = 70.25 GiB of 80 (at 0.4: 78.25)
     _, _, full = shared(0.9)
