@@ -90,6 +90,13 @@ def test_the_async_warm_up_covers_the_batches_started_before_the_lengths():
     assert warmup_steps(4, 2) == 4  # --warmup wins
 
 
+def test_each_replicas_groups_are_kept_per_step_and_absent_without_a_fleet():
+    m = metrics(4.0, 250.0, 10.0, 5.0)
+    assert "fleet_load" not in step_record(m, wall_s=5.0)
+    m.update({"fleet/load/replica0": 64.0, "fleet/load/replica1": 0.0, "fleet/restarts": 0.0})
+    assert step_record(m, wall_s=5.0)["fleet_load"] == {"replica0": 64.0, "replica1": 0.0}
+
+
 def test_the_fleet_draws_k_batches_beyond_the_last_timed_step():
     # k = 1: 2 warm-up + 8 timed steps train batches 0..9; batch 10 is drawn so that the replica still generates
     # beside the 10th update, as it would in a longer run. Colocated draws exactly what it trains.
