@@ -49,7 +49,10 @@ class WorkerGroup:
         ``bundle_room``: each bundle reserved larger than this group's rank asks for (room for a group placed on it
         later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r mod its world size of that group's
         placement group (its ``bundle_room`` holds them all; ``async_rollout.share_devices``: replica r on actor rank
-        r mod ranks' GPU, several replicas a GPU when there are more replicas than ranks).
+        r mod ranks' GPU, several replicas a GPU when there are more replicas than ranks). Ranks that share a bundle
+        start one wave at a time, each wave up (its engines started) before the next: vLLM sizes its KV cache from
+        the whole device's used memory during its profiling (``vllm.utils.mem_utils``), so two engines profiling one
+        GPU at once would each count the other's allocations as their own.
         ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
         weights while generating); their calls need not run in the order issued. ``worker_env``: variables set in
         each worker's process (over the job's; e.g. the allocator of a shared GPU), whoever started Ray.
@@ -81,7 +84,12 @@ class WorkerGroup:
             runtime_env={"env_vars": env}, max_concurrency=max_concurrency,
         ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
                  num_threads=cpus_per_worker)
-        self.workers = [self._spawn(r) for r in range(world_size)]
+        self.workers: List[Any] = []
+        for first in range(0, world_size, bundles):  # ranks sharing a bundle: one wave at a time (the docstring)
+            wave = [self._spawn(r) for r in range(first, min(first + bundles, world_size))]
+            if world_size > bundles:
+                ray.get([w.__ray_ready__.remote() for w in wave])
+            self.workers += wave
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
         self.call_error: type = WorkerCallError  # what a failed call raises (wait_watched)
         self.stack_files: List[Path] = []  # each worker's open dump file (scratch, outside the run directory)

@@ -6,7 +6,10 @@ run (the backend, WorkerGroup and Ray are the real ones; no model is loaded)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -33,7 +36,7 @@ class Probe:
         """Rank, GPU ids (Ray's, which CUDA_VISIBLE_DEVICES follows), placement group id, the GPU share assigned."""
         ctx = ray.get_runtime_context()
         return {"rank": self.rank, "gpus": [str(g) for g in ray.get_gpu_ids()], "group": ctx.get_placement_group_id(),
-                "GPU": ctx.get_assigned_resources().get("GPU", 0.0)}
+                "GPU": ctx.get_assigned_resources().get("GPU", 0.0), "saw": getattr(self, "saw", [])}
 
 
 class ActorProbe(Probe):
@@ -41,7 +44,16 @@ class ActorProbe(Probe):
 
 
 class ReplicaProbe(Probe):
-    pass
+    ready_dir = ""
+    """Where each replica probe leaves a file once its start is done; a probe records which it found at its start."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.ready_dir:
+            self.saw = sorted(os.listdir(self.ready_dir))
+            if self.rank < 2:  # the first wave takes a while to start, as an engine does (the order is not timed:
+                time.sleep(1.5)  # with waves it holds whatever this takes; without them the second wave sees nothing)
+            Path(self.ready_dir, f"replica{self.rank}").touch()
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +95,12 @@ def test_replicas_share_their_actor_ranks_bundle_and_gpu_or_get_their_own(two_gp
 
 
 @pytest.mark.slow  # six probe actors on the module's raylet
-def test_two_replicas_a_rank_share_its_bundle_in_thirds(two_gpus):
-    groups, actors, replicas = start("async_rollout.share_devices=true", "async_rollout.num_rollout_workers=4")
+def test_two_replicas_a_rank_share_its_bundle_in_thirds(two_gpus, tmp_path):
+    ReplicaProbe.ready_dir = str(tmp_path)  # travels with the class (pickled by value)
+    try:
+        groups, actors, replicas = start("async_rollout.share_devices=true", "async_rollout.num_rollout_workers=4")
+    finally:
+        ReplicaProbe.ready_dir = ""
     try:
         assert [r["rank"] for r in replicas] == [0, 1, 2, 3]
         for r in replicas:  # replica r on actor rank r mod 2: its placement group, its bundle's GPU
@@ -93,6 +109,8 @@ def test_two_replicas_a_rank_share_its_bundle_in_thirds(two_gpus):
             assert r["gpus"] == a["gpus"] and len(r["gpus"]) == 1
             assert r["GPU"] == a["GPU"] == pytest.approx(1 / 3, abs=1e-4)  # Ray keeps 4 decimals
         assert actors[0]["gpus"] != actors[1]["gpus"]
+        # the second wave (replicas 2 and 3, each beside one of the first on a GPU) started after the first was up
+        assert replicas[2]["saw"][:2] == replicas[3]["saw"][:2] == ["replica0", "replica1"]
     finally:
         groups.rollouts.shutdown()
         groups.actor.shutdown()
