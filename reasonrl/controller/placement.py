@@ -50,9 +50,9 @@ def check_capacity(world_size: int, bundle: Dict[str, float], nodes: List[Dict[s
     kinds = [k for k in ("GPU", "CPU") if bundle.get(k, 0) > 0] or ["CPU"]
     kind = min(kinds, key=lambda k: ranks_that_fit(nodes, {k: bundle[k]}))  # the kind that holds the fewest
     have = sum(n.get(kind, 0.0) for n in nodes)
-    need = world_size * bundle.get(kind, 0.0)
-    per_node = ", ".join(f"{n.get(kind, 0.0):g}" for n in nodes)
     each = bundle.get(kind, 0.0)
+    need = world_size * each
+    per_node = ", ".join(f"{n.get(kind, 0.0):g}" for n in nodes)
     raise ClusterTooSmallError(
         f"trainer.num_workers={world_size} workers need {need:g} {kind}s ({each:g} each) but the Ray cluster "
         f"has {have:g} {kind}s over {len(nodes)} node(s) ({per_node} per node): lower trainer.num_workers or add nodes")

@@ -37,6 +37,17 @@ def check_engine_ranks(world_size: int, engine_ranks: int) -> None:
                          f"trainer.num_workers={world_size} workers")
 
 
+def start_waves(world_size: int, bundles: int) -> List[List[int]]:
+    """The ranks ``WorkerGroup`` starts together, wave by wave, when ``world_size`` ranks share ``bundles``
+    placement-group bundles (rank r on bundle r mod ``bundles``): wave i holds ranks i*bundles ..
+    min((i+1)*bundles, world_size)-1, so no two ranks of one wave share a bundle. Ranks that share a bundle (several
+    rollout replicas a GPU) must not start at once: vLLM sizes its KV cache from the whole device's used memory while
+    it profiles (``vllm.utils.mem_utils``), so two engines profiling one GPU at once would each count the other's
+    allocations as their own. The constructor waits for each wave to be up (its actors' constructors done) before
+    starting the next, only when there is more than one wave; a single wave (one rank a bundle) is not waited on."""
+    return [list(range(first, min(first + bundles, world_size))) for first in range(0, world_size, bundles)]
+
+
 class WorkerGroup:
     """``world_size`` copies of ``worker_cls`` in one placement group (one bundle per rank)."""
 
@@ -50,9 +61,7 @@ class WorkerGroup:
         later); ``on_bundles_of``: reserve nothing, rank r goes on bundle r mod its world size of that group's
         placement group (its ``bundle_room`` holds them all; ``async_rollout.share_devices``: replica r on actor rank
         r mod ranks' GPU, several replicas a GPU when there are more replicas than ranks). Ranks that share a bundle
-        start one wave at a time, each wave up (its engines started) before the next: vLLM sizes its KV cache from
-        the whole device's used memory during its profiling (``vllm.utils.mem_utils``), so two engines profiling one
-        GPU at once would each count the other's allocations as their own.
+        start one wave at a time, each wave up (its engines started) before the next (``start_waves`` says why).
         ``max_concurrency`` > 1: threaded actors running that many calls at once (partial rollouts' replicas take
         weights while generating); their calls need not run in the order issued. ``worker_env``: variables set in
         each worker's process (over the job's; e.g. the allocator of a shared GPU), whoever started Ray.
@@ -85,9 +94,10 @@ class WorkerGroup:
         ).remote(**init_kwargs, rank=r, world_size=world_size, master_addr=master_addr, master_port=master_port,
                  num_threads=cpus_per_worker)
         self.workers: List[Any] = []
-        for first in range(0, world_size, bundles):  # ranks sharing a bundle: one wave at a time (the docstring)
-            wave = [self._spawn(r) for r in range(first, min(first + bundles, world_size))]
-            if world_size > bundles:
+        waves = start_waves(world_size, bundles)  # ranks sharing a bundle: one wave at a time
+        for ranks in waves:
+            wave = [self._spawn(r) for r in ranks]
+            if len(waves) > 1:
                 ray.get([w.__ray_ready__.remote() for w in wave])
             self.workers += wave
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
