@@ -58,7 +58,7 @@ os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 import torch  # noqa: E402
 
 from reasonrl.bench.lengths import LONGTAIL_SIGMA  # noqa: E402
-from reasonrl.bench.mps import gpu_placement  # noqa: E402
+from reasonrl.bench.mps import gpu_placement, mps_client_env  # noqa: E402
 from reasonrl.bench.records import RESULTS, exit_with_status, recorded, write  # noqa: E402
 from reasonrl.bench.shapes import SHAPE_ALIASES, SHAPES, parameter_count, trainer_model_dir  # noqa: E402
 from reasonrl.bench.workload import use_bench_reward, write_prompt_dataset  # noqa: E402
@@ -136,6 +136,9 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     trainer = Trainer(cfg, plan, RayBackend(actor_worker=BenchWorker, rollout_worker=BenchRolloutWorker))
     try:
         entry["setup_s"] = time.perf_counter() - t0
+        groups = {"actor": trainer.workers, **({"replicas": trainer.rollouts} if plan.is_async else {})}
+        entry["mps_client_env"] = {role: ray.get([w.__ray_call__.remote(mps_client_env) for w in group.workers])
+                                   for role, group in groups.items()}  # each process's CUDA_MPS_* (its MPS limits)
         entry["gpu_memory_utilization"] = trainer.cfg.rollout.gpu_memory_utilization  # the replica's: the fraction
         if args.length_dist != "fixed":
             from reasonrl.bench.lengths import response_lengths

@@ -5,8 +5,9 @@ NVIDIA's MPS daemon runs their kernels side by side (``reasonrl/controller/mps.p
 runs without it and ``--mps`` is the one switch."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Dict, Iterator, Mapping
 
 from reasonrl.controller.mps import CONTROL, control_binary, quit_daemon, start_daemon
 
@@ -27,3 +28,10 @@ def gpu_placement(mps: bool, on_gpu: bool) -> Iterator[str]:
         yield "mps"
     finally:
         quit_daemon(control)
+
+
+def mps_client_env(_worker: Any = None, environ: Mapping[str, str] = os.environ) -> Dict[str, str]:
+    """The ``CUDA_MPS_*`` variables a process runs with (what CUDA reads when it starts as an MPS client: the
+    trainer's ``async_rollout.actor_sm_percent`` and ``actor_mps_priority``). Called in each worker through Ray's
+    ``__ray_call__`` (``_worker``: the actor instance it passes), so the JSON shows which process got which limits."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith("CUDA_MPS_")}

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 MPS_MODES = ("auto", "required", "disabled")
 """``async_rollout.mps``'s values (not on/off: YAML reads those as booleans)."""
+MPS_PRIORITIES = ("normal", "below_normal")
+"""``async_rollout.actor_mps_priority``'s values: MPS's client priorities 0 and 1 (``CUDA_MPS_CLIENT_PRIORITY``)."""
 
 
 @dataclass
@@ -37,6 +39,16 @@ class AsyncRolloutConfig:
     daemon runs (a local cluster only), use one that runs, else say that the GPU will be time-sliced; ``required``:
     the same, but refuse to start without a daemon; ``disabled``: leave the GPU as it is
     (``reasonrl/controller/mps.py``)."""
+    actor_sm_percent: int = 100
+    """With ``share_devices`` under MPS: the percentage of each shared GPU's SMs the trainer's kernels may use at
+    once (NVIDIA's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, set in the actor's and the critic's processes before they
+    start CUDA), so the replicas' decode steps find SMs free while the update runs; 100: no limit. On one H200 the
+    replicas made about a third of their tokens/s alone while the trainer kept about 75% of its pace (docs/async.md,
+    "Two replicas and in-engine on that tail"); not yet measured with a limit."""
+    actor_mps_priority: str = "normal"
+    """With ``share_devices`` under MPS: the trainer's processes as MPS clients of ``normal`` priority or
+    ``below_normal`` (NVIDIA's ``CUDA_MPS_CLIENT_PRIORITY`` 0 or 1), so that the GPU schedules the replicas' kernels
+    first while both have work; not yet measured."""
     engine_memory_fraction: float = 0.3
     """With ``share_devices``: the share of each shared GPU's memory each replica's vLLM engine takes (its
     ``gpu_memory_utilization``, in place of ``rollout.gpu_memory_utilization``: weights, then KV cache); with m

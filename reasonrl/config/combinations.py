@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .async_schema import MPS_MODES
+from .async_schema import MPS_MODES, MPS_PRIORITIES
 from .rollout_schema import PARTIAL_MODES
 
 Problem = Tuple[str, str]
@@ -117,13 +117,28 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
 
 
 def mps_problems(a) -> List[Problem]:
-    """``async_rollout.mps``: one of its three values; ``required`` only where a GPU is shared."""
+    """``async_rollout.mps``: one of its three values; ``required`` only where a GPU is shared. The trainer's MPS
+    client limits (``actor_sm_percent``, ``actor_mps_priority``): a known priority, and set only where MPS may run."""
     if a.mps not in MPS_MODES:
         return [("async_rollout.mps", f"unknown {a.mps!r}; choose one of {', '.join(MPS_MODES)}")]
     if a.mps == "required" and not a.share_devices:
         return [("async_rollout.mps", "required is only read with async_rollout.share_devices=true (a GPU the actor "
                                       "shares with its replica)")]
-    return []
+    if a.actor_mps_priority not in MPS_PRIORITIES:
+        return [("async_rollout.actor_mps_priority", f"unknown {a.actor_mps_priority!r}; choose one of "
+                                                     f"{', '.join(MPS_PRIORITIES)}")]
+    limits = [key for key, value, default in (("actor_sm_percent", a.actor_sm_percent, 100),
+                                              ("actor_mps_priority", a.actor_mps_priority, "normal"))
+              if value != default]  # the range of actor_sm_percent: reasonrl/config/ranges.py
+    if not limits:
+        return []
+    if not a.share_devices:
+        why = "only read with async_rollout.share_devices=true (MPS clients on a GPU the actor shares with replicas)"
+    elif a.mps == "disabled":
+        why = "has no effect with async_rollout.mps=disabled (it limits MPS clients)"
+    else:
+        return []
+    return [(f"async_rollout.{key}", why) for key in limits]
 
 
 def shared_device_problems(cfg) -> List[Problem]:

@@ -25,6 +25,7 @@ FIELD_RANGES: Dict[str, str] = {
     "rollout.partial_segment_tokens": "[1, inf)",
     "async_rollout.num_rollout_workers": "[1, inf)", "async_rollout.max_staleness": "[0, inf)",
     "async_rollout.transfer_timeout_s": "(0, inf)", "async_rollout.engine_memory_fraction": "(0, 1)",
+    "async_rollout.actor_sm_percent": "[1, 100]",
     "fleet.max_restarts": "[0, inf)", "fleet.watchdog_s": "(0, inf)",
     "fleet.weight_sync_max_diff": "(0, inf)",
     "algorithm.clip_ratio_low": "[0, 1)", "algorithm.clip_ratio_high": "[0, inf)",

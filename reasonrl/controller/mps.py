@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # NVIDIA's, when CUDA_MPS_PIPE_DIRECTORY is not set
@@ -99,21 +99,63 @@ def quit_daemon(control: str) -> None:
     QUITTERS.append(quitter)
 
 
+PRIORITY_VALUES = {"normal": "0", "below_normal": "1"}
+"""``async_rollout.actor_mps_priority`` -> ``CUDA_MPS_CLIENT_PRIORITY`` (NVIDIA's NORMAL 0, BELOW_NORMAL 1)."""
+
+
+def actor_client_env(sm_percent: int, priority: str) -> Dict[str, str]:
+    """The MPS client variables of the trainer's processes (``async_rollout.actor_sm_percent``,
+    ``actor_mps_priority``): only those that differ from MPS's defaults (all the SMs, normal priority). A client
+    reads them when it starts CUDA, so they go into the worker's environment at its start."""
+    env = {}
+    if sm_percent < 100:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(sm_percent)
+    if priority != "normal":
+        env["CUDA_MPS_CLIENT_PRIORITY"] = PRIORITY_VALUES[priority]
+    return env
+
+
+def shared_gpu_envs(share_devices: bool, device: str, sm_percent: int, priority: str,
+                    environ: Mapping[str, str]) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(the trainer's worker environment, the replicas') for a run: on a shared GPU both get the allocator's
+    variables (``allocator_env``) and the trainer's processes also their MPS client limits; elsewhere neither gets
+    anything (``environ``: the user's environment, whose ``PYTORCH_CUDA_ALLOC_CONF`` wins)."""
+    from reasonrl.memory.shared_gpu import allocator_env
+
+    both = allocator_env(share_devices, device, environ)
+    if not (share_devices and device == "cuda"):
+        return both, dict(both)
+    return {**both, **actor_client_env(sm_percent, priority)}, dict(both)
+
+
+def unused_limits_note(decision: Decision, actor_env: Mapping[str, str]) -> str:
+    """The line a run prints when the trainer has MPS client limits but no daemon will run (``mps=auto`` without
+    one): they would do nothing, and the user asked for them."""
+    limits = sorted(k for k in actor_env if k.startswith("CUDA_MPS_"))
+    if decision.action != "none" or not limits:
+        return ""
+    return (f"MPS: no daemon, so the trainer's {', '.join(limits)} does nothing (async_rollout.actor_sm_percent, "
+            "actor_mps_priority)")
+
+
 def control_binary() -> Optional[str]:
     return shutil.which(CONTROL)
 
 
-def prepare_shared_gpu(mode: str, shared_gpu: bool, local_cluster: bool) -> Decision:
+def prepare_shared_gpu(mode: str, shared_gpu: bool, local_cluster: bool,
+                       actor_env: Optional[Mapping[str, str]] = None) -> Decision:
     """Before Ray starts (``RayBackend.start``): ``decide``, then start the daemon (told to quit when this process
-    exits) or refuse the run (``ConfigError``, naming ``async_rollout.mps``); the note is printed."""
+    exits) or refuse the run (``ConfigError``, naming ``async_rollout.mps``); the note is printed, and so is
+    ``unused_limits_note`` for the trainer's environment ``actor_env``."""
     from reasonrl.config import ConfigError
 
     control = control_binary()
     decision = decide(mode, shared_gpu, local_cluster, control, shared_gpu and daemon_running(control))
     if decision.error:
         raise ConfigError(decision.error)
-    if decision.note:
-        print(f"reasonrl: {decision.note}", flush=True)
+    for note in (decision.note, unused_limits_note(decision, actor_env or {})):
+        if note:
+            print(f"reasonrl: {note}", flush=True)
     if decision.action == "start":
         start_daemon(control)
         atexit.register(quit_daemon, control)

@@ -64,13 +64,15 @@ class RayBackend:
 
         from reasonrl.controller.layout import check_layout
         from reasonrl.controller.placement import node_capacities
-        from reasonrl.memory.shared_gpu import allocator_env
 
-        from reasonrl.controller.mps import prepare_shared_gpu
+        from reasonrl.controller.mps import prepare_shared_gpu, shared_gpu_envs
 
         local = cfg.trainer.ray_address in (None, "local")
+        a = cfg.async_rollout  # a shared GPU: the allocator's variables, and the trainer's MPS client limits
+        actor_env, replica_env = shared_gpu_envs(plan.share_devices, plan.device, a.actor_sm_percent,
+                                                 a.actor_mps_priority, os.environ)
         # a GPU the actor shares with its replica: NVIDIA's MPS daemon up before any worker starts CUDA (its clients)
-        prepare_shared_gpu(cfg.async_rollout.mps, plan.share_devices and plan.device == "cuda", local)
+        prepare_shared_gpu(a.mps, plan.share_devices and plan.device == "cuda", local, actor_env)
         with startup("ray_start"), timed("starting Ray" if local
                                          else f"joining the Ray cluster at {cfg.trainer.ray_address}"):
             start_ray(cfg.trainer.ray_address, num_cpus=plan.ray_cpus, own_session=self.own_session)
@@ -80,24 +82,23 @@ class RayBackend:
         cpus = cpus_per_worker(plan.world_size, plan.cpu_groups) if plan.device == "cpu" else 1
         cuda = plan.device == "cuda"
         kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
-        env = allocator_env(plan.share_devices, plan.device, os.environ)  # a shared GPU: expandable segments
         # async_rollout.share_devices: each actor bundle has room for its replicas (rank r's GPU, the same CPUs again)
         room = ({"CPU": (1 + plan.replicas_per_device) * cpus, **({"GPU": 1.0} if cuda else {})}
                 if plan.share_devices else None)
         with startup("workers_up"), timed(workers_up_what(plan)):  # models loaded, engines started (engine_start)
             groups = Groups(WorkerGroup(self.actor_worker, plan.world_size, cuda, cpus, kwargs,
                                         gpu_fraction=plan.gpu_share, engine_ranks=plan.engine_ranks,
-                                        bundle_room=room, worker_env=env), layout=layout)
+                                        bundle_room=room, worker_env=actor_env), layout=layout)
             groups.actor_info = groups.actor.info()  # Ray starts actors asynchronously: this waits until they are up
             if plan.use_critic:  # PPO: a value model per rank, sharing each actor rank's GPU
                 groups.critic = WorkerGroup(self.critic_worker, plan.world_size, cuda, cpus, kwargs,
-                                            gpu_fraction=plan.gpu_share, worker_env=env)
+                                            gpu_fraction=plan.gpu_share, worker_env=actor_env)
             rollout_kwargs = {"config": to_dict(cfg), "model_path": model_path, "plan": plan.for_workers()}
             concurrency = plan.replica_calls + 1 if cfg.rollout.partial else 1  # + weights staged while generating
             if plan.share_devices:  # replica r on actor rank r mod ranks' bundle: its GPU, awake while the actor trains
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, cpus, rollout_kwargs,
                                               gpu_fraction=plan.gpu_share, on_bundles_of=groups.actor,
-                                              max_concurrency=concurrency, worker_env=env)
+                                              max_concurrency=concurrency, worker_env=replica_env)
             elif plan.is_async:  # rollout workers on devices of their own
                 rollout_cpus = max(1, (os.cpu_count() or 1) // plan.rollout_workers) if not cuda else 1
                 groups.rollouts = WorkerGroup(self.rollout_worker, plan.rollout_workers, cuda, rollout_cpus,

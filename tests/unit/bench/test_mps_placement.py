@@ -55,3 +55,12 @@ def test_the_daemon_starts_before_the_block_and_quits_after_it(monkeypatch, tmp_
     assert logs.is_dir() and (tmp_path / "pipe").is_dir()
     # the quitter inherits this process's environment (no log folder set in it)
     assert log.read_text().splitlines() == ["args:-d", f"log:{logs}", "args:", "log:", "quit"]
+
+
+def test_a_processs_mps_client_variables_are_read_from_its_environment():
+    from reasonrl.bench.mps import mps_client_env
+
+    environ = {"CUDA_MPS_CLIENT_PRIORITY": "1", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "60", "CUDA_VISIBLE_DEVICES": "0",
+               "PATH": "/bin"}
+    assert mps_client_env(None, environ) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "60", "CUDA_MPS_CLIENT_PRIORITY": "1"}
+    assert mps_client_env(None, {"PATH": "/bin"}) == {}

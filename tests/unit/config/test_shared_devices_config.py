@@ -70,6 +70,14 @@ def test_the_layout_puts_the_replicas_on_the_actors_pool():
      "unknown 'always'; choose one of auto, required, disabled"),
     (["async_rollout.mps=required"], "async_rollout.mps",
      "required is only read with async_rollout.share_devices=true"),
+    ([*SHARED, "async_rollout.actor_sm_percent=0"], "async_rollout.actor_sm_percent", "allowed: [1, 100]"),
+    ([*SHARED, "async_rollout.actor_sm_percent=101"], "async_rollout.actor_sm_percent", "allowed: [1, 100]"),
+    ([*SHARED, "async_rollout.actor_mps_priority=high"], "async_rollout.actor_mps_priority",
+     "unknown 'high'; choose one of normal, below_normal"),
+    (["trainer.mode=async", "async_rollout.actor_sm_percent=60"], "async_rollout.actor_sm_percent",
+     "only read with async_rollout.share_devices=true"),
+    ([*SHARED, "async_rollout.mps=disabled", "async_rollout.actor_mps_priority=below_normal"],
+     "async_rollout.actor_mps_priority", "has no effect with async_rollout.mps=disabled"),
 ])
 def test_unsupported_shared_layouts_are_refused_naming_the_keys(args, key, words):
     with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}'.*{re.escape(words)}"):
@@ -97,3 +105,8 @@ def test_several_replicas_a_gpu_split_its_bundle_evenly():
                          cuda_available=False)
     cpu_plan = RunPlan.build(cpu, Hardware("cpu", cpu_count=2))
     assert (cpu_plan.replicas_per_device, cpu_plan.cpu_groups, cpu_plan.ray_cpus) == (2, 3, 6)
+
+
+def test_the_trainers_mps_limits_are_accepted_on_a_shared_gpu():
+    cfg = gpu_cfg(*SHARED, "async_rollout.actor_sm_percent=60", "async_rollout.actor_mps_priority=below_normal")
+    assert (cfg.async_rollout.actor_sm_percent, cfg.async_rollout.actor_mps_priority) == (60, "below_normal")

@@ -11,7 +11,7 @@ import pytest
 
 from reasonrl.config import ConfigError
 from reasonrl.controller import mps
-from reasonrl.controller.mps import daemon_running, decide, prepare_shared_gpu
+from reasonrl.controller.mps import actor_client_env, daemon_running, decide, prepare_shared_gpu, shared_gpu_envs
 
 BIN = "/usr/bin/nvidia-cuda-mps-control"
 
@@ -87,3 +87,35 @@ def test_prepare_uses_a_running_daemon_and_refuses_required_without_one(tmp_path
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="async_rollout.mps=required: no MPS daemon runs .*not on PATH"):
         prepare_shared_gpu("required", shared_gpu=True, local_cluster=True)
+
+
+def test_the_trainers_client_limits_are_set_only_where_they_differ_from_mps_defaults():
+    assert actor_client_env(100, "normal") == {}  # all the SMs, normal priority: MPS's defaults, nothing to set
+    assert actor_client_env(60, "normal") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "60"}
+    assert actor_client_env(100, "below_normal") == {"CUDA_MPS_CLIENT_PRIORITY": "1"}  # NVIDIA's BELOW_NORMAL
+    assert actor_client_env(1, "below_normal") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1",
+                                                   "CUDA_MPS_CLIENT_PRIORITY": "1"}
+
+
+def test_only_the_trainers_processes_get_the_limits_and_only_on_a_shared_gpu():
+    alloc = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    actor, replica = shared_gpu_envs(True, "cuda", 50, "below_normal", {})
+    assert actor == {**alloc, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "CUDA_MPS_CLIENT_PRIORITY": "1"}
+    assert replica == alloc  # the replicas keep every SM and normal priority
+    # the user's allocator setting wins (nothing of ours), the limits still go to the trainer
+    actor, replica = shared_gpu_envs(True, "cuda", 50, "normal", {"PYTORCH_CUDA_ALLOC_CONF": "x"})
+    assert (actor, replica) == ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}, {})
+    # no shared GPU (separate pools, or a CPU run): nothing for anyone
+    assert shared_gpu_envs(False, "cuda", 50, "below_normal", {}) == ({}, {})
+    assert shared_gpu_envs(True, "cpu", 50, "below_normal", {}) == ({}, {})
+
+
+def test_limits_without_a_daemon_are_named_as_doing_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no control binary: auto goes on time-sliced
+    limits = actor_client_env(60, "below_normal")
+    assert prepare_shared_gpu("auto", shared_gpu=True, local_cluster=True, actor_env=limits).action == "none"
+    out = capsys.readouterr().out
+    assert ("MPS: no daemon, so the trainer's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_CLIENT_PRIORITY does "
+            "nothing") in out
+    prepare_shared_gpu("auto", shared_gpu=True, local_cluster=True, actor_env={})
+    assert "does nothing" not in capsys.readouterr().out  # no limits asked for: nothing to say
