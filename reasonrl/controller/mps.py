@@ -129,8 +129,9 @@ def shared_gpu_envs(share_devices: bool, device: str, sm_percent: int, priority:
 
 
 def unused_limits_note(decision: Decision, actor_env: Mapping[str, str]) -> str:
-    """The line a run prints when the trainer has MPS client limits but no daemon will run (``mps=auto`` without
-    one): they would do nothing, and the user asked for them."""
+    """The line a run on a local cluster prints when the trainer has MPS client limits but no daemon will run
+    (``mps=auto`` without one): they would do nothing, and the user asked for them. (A run that joins a cluster is not
+    told: its machines may run daemons of their own, which read the limits.)"""
     limits = sorted(k for k in actor_env if k.startswith("CUDA_MPS_"))
     if decision.action != "none" or not limits:
         return ""
@@ -153,7 +154,7 @@ def prepare_shared_gpu(mode: str, shared_gpu: bool, local_cluster: bool,
     decision = decide(mode, shared_gpu, local_cluster, control, shared_gpu and daemon_running(control))
     if decision.error:
         raise ConfigError(decision.error)
-    for note in (decision.note, unused_limits_note(decision, actor_env or {})):
+    for note in (decision.note, unused_limits_note(decision, actor_env or {}) if local_cluster else ""):
         if note:
             print(f"reasonrl: {note}", flush=True)
     if decision.action == "start":

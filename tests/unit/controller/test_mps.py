@@ -119,3 +119,5 @@ def test_limits_without_a_daemon_are_named_as_doing_nothing(tmp_path, monkeypatc
             "nothing") in out
     prepare_shared_gpu("auto", shared_gpu=True, local_cluster=True, actor_env={})
     assert "does nothing" not in capsys.readouterr().out  # no limits asked for: nothing to say
+    prepare_shared_gpu("auto", shared_gpu=True, local_cluster=False, actor_env=limits)
+    assert "does nothing" not in capsys.readouterr().out  # a joined cluster's machines may run daemons that read them
