@@ -68,10 +68,23 @@ def straight(tmp_path_factory, tiny_policy):
     out = tmp_path_factory.mktemp("straight") / "run"
     proc = run_train(out, tiny_policy, f"trainer.save_every={STEPS}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "CPU profile" in proc.stdout and "responses per step" in proc.stdout  # the laptop's notice
     result = outcome(out)
     initial = load_file(str(next(Path(tiny_policy).glob("*.safetensors"))))
     assert any(not torch.equal(t, initial[n]) for n, t in result[3].items() if n in initial)  # training moved them
     assert all(r["actor/grad_norm"] > 0 for r in result[0])
+    for r in result[0]:  # every step's metrics there and finite
+        for key in ("reward/mean", "reward/accuracy", "response_length/mean", "actor/kl", "actor/entropy",
+                    "actor/clip_frac", "actor/grad_norm", "actor/lr"):
+            assert key in r and r[key] == r[key] and abs(r[key]) != float("inf"), key
+        assert 0 < r["response_length/mean"] <= 8
+    from transformers import AutoModelForCausalLM
+
+    # the final checkpoint's Hugging Face export loads as a model, with the trained weights
+    exported = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / f"step_{STEPS:06d}" / "hf")
+    base = AutoModelForCausalLM.from_pretrained(tiny_policy)
+    trained = dict(exported.named_parameters())
+    assert max((trained[n] - w).abs().max().item() for n, w in base.named_parameters()) > 0
     return result
 
 
