@@ -9,7 +9,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Mapping
 
-from reasonrl.controller.mps import CONTROL, control_binary, quit_daemon, start_daemon
+from reasonrl.controller.mps import CONTROL, client_variables, control_binary, quit_daemon, start_daemon
 
 
 @contextmanager
@@ -34,4 +34,4 @@ def mps_client_env(_worker: Any = None, environ: Mapping[str, str] = os.environ)
     """The ``CUDA_MPS_*`` variables a process runs with (what CUDA reads when it starts as an MPS client: the
     trainer's ``async_rollout.actor_sm_percent`` and ``actor_mps_priority``). Called in each worker through Ray's
     ``__ray_call__`` (``_worker``: the actor instance it passes), so the JSON shows which process got which limits."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith("CUDA_MPS_")}
+    return client_variables(environ)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .async_schema import MPS_MODES, MPS_PRIORITIES
+from .async_schema import MPS_MODES, MPS_PRIORITIES, AsyncRolloutConfig
 from .rollout_schema import PARTIAL_MODES
 
 Problem = Tuple[str, str]
@@ -127,9 +127,8 @@ def mps_problems(a) -> List[Problem]:
     if a.actor_mps_priority not in MPS_PRIORITIES:
         return [("async_rollout.actor_mps_priority", f"unknown {a.actor_mps_priority!r}; choose one of "
                                                      f"{', '.join(MPS_PRIORITIES)}")]
-    limits = [key for key, value, default in (("actor_sm_percent", a.actor_sm_percent, 100),
-                                              ("actor_mps_priority", a.actor_mps_priority, "normal"))
-              if value != default]  # the range of actor_sm_percent: reasonrl/config/ranges.py
+    defaults = AsyncRolloutConfig()  # the range of actor_sm_percent: reasonrl/config/ranges.py
+    limits = [key for key in ("actor_sm_percent", "actor_mps_priority") if getattr(a, key) != getattr(defaults, key)]
     if not limits:
         return []
     if not a.share_devices:

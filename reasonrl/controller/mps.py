@@ -123,16 +123,20 @@ def shared_gpu_envs(share_devices: bool, device: str, sm_percent: int, priority:
     from reasonrl.memory.shared_gpu import allocator_env
 
     both = allocator_env(share_devices, device, environ)
-    if not (share_devices and device == "cuda"):
-        return both, dict(both)
-    return {**both, **actor_client_env(sm_percent, priority)}, dict(both)
+    limits = actor_client_env(sm_percent, priority) if share_devices and device == "cuda" else {}
+    return {**both, **limits}, dict(both)
+
+
+def client_variables(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The MPS client variables (``CUDA_MPS_*``) of an environment, by name."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith("CUDA_MPS_")}
 
 
 def unused_limits_note(decision: Decision, actor_env: Mapping[str, str]) -> str:
     """The line a run on a local cluster prints when the trainer has MPS client limits but no daemon will run
     (``mps=auto`` without one): they would do nothing, and the user asked for them. (A run that joins a cluster is not
     told: its machines may run daemons of their own, which read the limits.)"""
-    limits = sorted(k for k in actor_env if k.startswith("CUDA_MPS_"))
+    limits = list(client_variables(actor_env))
     if decision.action != "none" or not limits:
         return ""
     return (f"MPS: no daemon, so the trainer's {', '.join(limits)} does nothing (async_rollout.actor_sm_percent, "
