@@ -106,7 +106,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
     """One mode's trainer: warm-up and timed steps, recorded into ``result["modes"][mode]`` (written after each)."""
     import ray
 
-    from reasonrl.bench.async_step import BenchRolloutWorker, batches_to_draw, step_record, summarize, warmup_steps
+    from reasonrl.bench.async_step import (BenchRolloutWorker, batches_to_draw, step_record, summarize, warmup_steps,
+                                           with_start_lengths)
     from reasonrl.bench.probes import BenchWorker
     from reasonrl.config import load_config
     from reasonrl.trainer.backends import RayBackend
@@ -132,22 +133,26 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
                      "share_devices": plan.share_devices, "steps_ahead": plan.steps_ahead,
                      "mps": cfg.async_rollout.mps,  # the run's own MPS choice (the JSON's placement: --mps's)
                      "total_steps": total_steps}  # batches the source may draw: k beyond the last timed step
+    drawn = None
+    if args.length_dist != "fixed":
+        from reasonrl.bench.lengths import response_lengths
+
+        drawn = response_lengths(args.length_dist, args.prompts * args.n, args.response_len, args.length_median,
+                                 seed=0, sigma=args.length_sigma)
+        entry["response_lengths"] = {"dist": args.length_dist, "sum": sum(drawn), "max": max(drawn),
+                                     "median": sorted(drawn)[len(drawn) // 2], "sigma": args.length_sigma}
+    # the replicas take the lengths as they start: the fleet sends its first call as the trainer is built
+    replica = with_start_lengths(drawn) if drawn is not None and plan.is_async else BenchRolloutWorker
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, plan, RayBackend(actor_worker=BenchWorker, rollout_worker=BenchRolloutWorker))
+    trainer = Trainer(cfg, plan, RayBackend(actor_worker=BenchWorker, rollout_worker=replica))
     try:
         entry["setup_s"] = time.perf_counter() - t0
         groups = {"actor": trainer.workers, **({"replicas": trainer.rollouts} if plan.is_async else {})}
         entry["mps_client_env"] = {role: ray.get([w.__ray_call__.remote(mps_client_env) for w in group.workers])
                                    for role, group in groups.items()}  # each process's CUDA_MPS_* (its MPS limits)
         entry["gpu_memory_utilization"] = trainer.cfg.rollout.gpu_memory_utilization  # the replica's: the fraction
-        if args.length_dist != "fixed":
-            from reasonrl.bench.lengths import response_lengths
-
-            drawn = response_lengths(args.length_dist, args.prompts * args.n, args.response_len, args.length_median,
-                                     seed=0, sigma=args.length_sigma)
-            (trainer.rollouts if plan.is_async else trainer.workers).bench_set_lengths(drawn)
-            entry["response_lengths"] = {"dist": args.length_dist, "sum": sum(drawn), "max": max(drawn),
-                                         "median": sorted(drawn)[len(drawn) // 2], "sigma": args.length_sigma}
+        if drawn is not None and not plan.is_async:  # the colocated engine generates only inside a step
+            trainer.workers.bench_set_lengths(drawn)
         records: List[Dict[str, Any]] = []
         for i in range(warmup + args.steps):
             start = time.perf_counter()

@@ -360,6 +360,27 @@ case $cmd in
       "$bg_out" "$@" < /dev/null > /dev/null 2>&1 &
     echo "started in the background: gpu_run.sh $* (pid $!; gpu_run.sh wait SECONDS collects it)" ;;
   series)
+    # settle_gpu LABEL, after each line: the GPU as the next line expects it, no process of the last one left and no
+    # MPS daemon up. In the thirtieth session a line's replicas were killed as hung and the next two lines died at
+    # once, their first CUDA call refused by the MPS daemon the failed line had started (Error 805), so each line
+    # now waits for the last one's processes (up to 120 s), then kills what is left and tells the daemon to quit,
+    # and says which processes those were
+    settle_gpu() {
+      command -v nvidia-smi > /dev/null || return 0
+      local apps daemon t
+      for t in $(seq 120); do
+        apps=$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2> /dev/null)
+        daemon=$(echo get_server_list | nvidia-cuda-mps-control > /dev/null 2>&1 && echo up || true)
+        [ -z "$apps$daemon" ] && { echo "series: settle after $1: GPU free in ${t} s"; return 0; }
+        sleep 1
+      done
+      echo "series: settle after $1: still on the GPU after 120 s: ${apps//$'\n'/; }; MPS daemon: ${daemon:-none}"
+      for t in $(echo "$apps" | cut -d, -f1); do kill -9 "$t" 2> /dev/null || true; done
+      [ -z "$daemon" ] || echo quit | nvidia-cuda-mps-control || true
+      sleep 10
+      echo "series: settle after $1: left now: $(nvidia-smi --query-compute-apps=pid,process_name \
+        --format=csv,noheader 2> /dev/null | tr '\n' ' ')"
+    }
     # one line of FILE a run: LABEL MODE ARGS (shell words; # starts a comment line), each `gpu_run.sh MODE ARGS`
     # with its $OUT in $OUT/LABEL, one after the other; a failed line does not stop the next; the exit status is the
     # first failure's. As a bg job it spans calls (`wait` brings every LABEL's files)
@@ -374,6 +395,7 @@ case $cmd in
       OUT=$OUT/$label bash benchmarks/gpu_run.sh "$mode" "${args[@]}" < /dev/null || line_rc=$?
       echo "series: $label ended: rc $line_rc"
       [ "$rc" != 0 ] || rc=$line_rc
+      settle_gpu "$label"
     done < "$file"
     exit $rc ;;
   wait)

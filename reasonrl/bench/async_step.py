@@ -37,8 +37,20 @@ LAG_PREFIXES = ("admission/lag_tokens/", "admission/lag_groups/")
 class BenchRolloutWorker(RolloutWorker):
     """RolloutWorker plus per-sample response lengths and a memory probe (see the module docstring)."""
 
+    START_LENGTHS: Optional[List[int]] = None
+    """The lengths its engine takes as it starts, before any call can reach it (``with_start_lengths``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.START_LENGTHS is not None:
+            self.use_lengths(self.START_LENGTHS)
+
     @dispatch(ONE_TO_ALL)
     def bench_set_lengths(self, lengths: List[int]) -> int:
+        """``use_lengths`` on every replica, from the driver."""
+        return self.use_lengths(lengths)
+
+    def use_lengths(self, lengths: List[int]) -> int:
         """Every generate call of this replica's vLLM engine that ignores EOS gives its j-th sample ``lengths[j]``
         tokens (``with_per_sample_lengths``); a call holding the whole round takes the whole list; the requests
         that ``rollout.partial_mode=in_engine`` adds to the engine itself take them in turn
@@ -67,12 +79,22 @@ class BenchRolloutWorker(RolloutWorker):
         return out
 
 
+def with_start_lengths(lengths: List[int]) -> type:
+    """A ``BenchRolloutWorker`` whose engine has ``lengths`` from its start. The fleet's dispatcher sends a replica
+    its first call, the first k + 1 batches at once, as the trainer is built, so lengths sent after that
+    (``bench_set_lengths``) may arrive behind it: in the thirtieth session one more round trip before them let the
+    first call go without them, every response ran to the 7,936-token cap (192 groups in one call: about 12.2M
+    tokens), and the watchdog found the replicas with no answer for 300 s. A class made here is not found under its
+    module's name, so Ray ships it to the workers by value (cloudpickle), the lengths with it; a replica the fleet
+    starts again takes them too."""
+    return type("BenchRolloutWorkerWithLengths", (BenchRolloutWorker,), {"START_LENGTHS": list(lengths)})
+
+
 def warmup_steps(asked: Optional[int], steps_ahead: int) -> int:
     """``asked`` (``--warmup``), else the plan's ``steps_ahead`` + 1 (1 colocated, k + 1 async): the fleet starts the
-    first k + 1 batches as the trainer is built, before the benchmark's ``bench_set_lengths`` reaches the replica, so
-    they are not generated with the drawn lengths (a threaded replica with partial rollouts takes the lengths
-    mid-generation: 311,211 response tokens in such a batch against the 278,921 drawn, twenty-second and
-    twenty-third sessions)."""
+    first k + 1 batches as the trainer is built, with the engine still cold (before ``with_start_lengths`` a
+    threaded replica with partial rollouts took the lengths mid-generation: 311,211 response tokens in such a batch
+    against the 278,921 drawn, twenty-second and twenty-third sessions)."""
     return asked if asked is not None else steps_ahead + 1
 
 

@@ -76,3 +76,32 @@ def test_series_runs_every_line_in_turn_and_exits_with_the_first_failure(tmp_pat
     assert ended == ["series: a ended: rc 0", "series: b ended: rc 2", "series: c ended: rc 0"]
     assert "unknown command nosuchmode" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["a", "b", "c"]  # each line's $OUT
+
+
+def test_series_waits_between_lines_until_the_gpu_is_free(tmp_path):
+    # no GPU here, so nvidia-smi and the MPS control binary are stand-ins on PATH (the only fakes of this file): the
+    # last line's process stays listed for the first two queries and the daemon answers for the first one
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"""#!/bin/bash
+n=$(cat {state}/smi 2>/dev/null || echo 0); echo $((n + 1)) > {state}/smi
+[ "$n" -lt 2 ] && echo "4242, python"
+exit 0
+""")
+    (bin_dir / "nvidia-cuda-mps-control").write_text(f"""#!/bin/bash
+cat > /dev/null; n=$(cat {state}/mps 2>/dev/null || echo 0); echo $((n + 1)) > {state}/mps
+[ "$n" -lt 1 ]
+""")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing to run\n")
+    series = tmp_path / "series.txt"
+    series.write_text(f"a series {empty}\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), "NO_SETUP": "1"}
+    done = subprocess.run(["bash", str(SCRIPT), "series", str(series)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # queries 1 and 2 list the process (the first also finds the daemon); the third finds the GPU free
+    assert "series: settle after a: GPU free in 3 s" in done.stdout.splitlines()
