@@ -143,6 +143,22 @@ def unused_limits_note(decision: Decision, actor_env: Mapping[str, str]) -> str:
             "actor_mps_priority)")
 
 
+REFUSED = ("MPS client failed to connect", "cudaErrorMpsConnectionFailed")
+"""What CUDA says (error 805) when an MPS daemon answers on the pipe directory but will not take the process."""
+
+
+def refused_hint(error_text: str, environ: Mapping[str, str] = os.environ) -> str:
+    """What to do, appended to a worker's failure, when the MPS daemon refused it; empty for any other failure. A
+    daemon whose server was left broken by an earlier run (its replicas killed while they ran) refuses every new
+    CUDA process on its pipe directory, whatever ``async_rollout.mps`` says, until its old clients are gone
+    (thirtieth session: two benchmark runs failed so at their first CUDA call)."""
+    if not any(phrase in error_text for phrase in REFUSED):
+        return ""
+    return (f" (the MPS daemon on {pipe_directory(environ)} refused this process. A daemon an earlier run left with "
+            "a broken server refuses every new client until that run's processes are gone: find them with "
+            f"nvidia-smi, end them, stop the daemon with `echo quit | {CONTROL}`, then start again)")
+
+
 def control_binary() -> Optional[str]:
     return shutil.which(CONTROL)
 

@@ -21,6 +21,7 @@ from reasonrl.fault_points import arrive, fault_point, hang_here
 from reasonrl.workers.dispatch import ONE_TO_ALL, RANK_ZERO, SPLIT_BATCH, SPLIT_BY_ENGINE, SPLIT_METRICS
 from reasonrl.workers.stacks import collect_stack_dump, install_stack_dump, scratch_stack_dir
 
+from .mps import refused_hint
 from .placement import on_bundle, rendezvous_address, reserve_bundles
 
 
@@ -98,7 +99,11 @@ class WorkerGroup:
         for ranks in waves:
             wave = [self._spawn(r) for r in ranks]
             if len(waves) > 1:
-                ray.get([w.__ray_ready__.remote() for w in wave])
+                for rank, ready in [(r, w.__ray_ready__.remote()) for r, w in zip(ranks, wave)]:
+                    try:
+                        ray.get(ready)
+                    except ray.exceptions.RayError as exc:
+                        raise WorkerCallError(failure_message(worker_cls.__name__, rank, "starting", str(exc))) from exc
             self.workers += wave
         self.watchdog: Optional[Any] = None  # set by enable_watchdog
         self.call_error: type = WorkerCallError  # what a failed call raises (wait_watched)
@@ -255,6 +260,12 @@ class RolloutWorkerError(WorkerCallError):
     """A rollout worker of ``trainer.mode=async`` failed or died."""
 
 
+def failure_message(worker: str, rank: int, doing: str, error: str) -> str:
+    """What a failed call raises: the worker's class and rank, what it was doing, its error, and what to do where
+    the error says what is wrong outside the run (an MPS daemon that refused the process: ``mps.refused_hint``)."""
+    return f"{worker} rank {rank} failed while {doing}: {error}{refused_hint(error)}"
+
+
 def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what: Optional[str] = None) -> List[Any]:
     """The results of calls on one or more groups (``(group, refs)`` pairs, results in that order). Every call of the
     controller on its workers is waited on here (dispatch, submit, the async weight broadcast).
@@ -284,7 +295,7 @@ def wait_watched(phase: str, calls: List[Tuple["WorkerGroup", List[Any]]], what:
             results[ready[0]] = ray.get(ready[0])
         except ray.exceptions.RayError as exc:
             group, rank = owner[ready[0]]
-            error = group.call_error(f"{group.worker_cls.__name__} rank {rank} failed while {what or phase}: {exc}")
+            error = group.call_error(failure_message(group.worker_cls.__name__, rank, what or phase, str(exc)))
             if not any(p in str(exc) for p in PEER_GONE) or not pending:
                 raise error from exc
             peer_gone = peer_gone or error  # a peer went away: its own error is the one to report

@@ -11,7 +11,8 @@ import pytest
 
 from reasonrl.config import ConfigError
 from reasonrl.controller import mps
-from reasonrl.controller.mps import actor_client_env, daemon_running, decide, prepare_shared_gpu, shared_gpu_envs
+from reasonrl.controller.mps import (actor_client_env, daemon_running, decide, prepare_shared_gpu, refused_hint,
+                                     shared_gpu_envs)
 
 BIN = "/usr/bin/nvidia-cuda-mps-control"
 
@@ -121,3 +122,22 @@ def test_limits_without_a_daemon_are_named_as_doing_nothing(tmp_path, monkeypatc
     assert "does nothing" not in capsys.readouterr().out  # no limits asked for: nothing to say
     prepare_shared_gpu("auto", shared_gpu=True, local_cluster=False, actor_env=limits)
     assert "does nothing" not in capsys.readouterr().out  # a joined cluster's machines may run daemons that read them
+
+
+def test_a_worker_the_mps_daemon_refused_is_told_what_to_do(monkeypatch):
+    from reasonrl.controller.worker_group import failure_message
+
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)  # NVIDIA's default folder
+
+    refused = ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+               "calling NumCudaDevices() that might have already set an error? Error 805: MPS client failed to "
+               "connect to the MPS control daemon or the MPS server")  # the thirtieth session's H100, verbatim
+    message = failure_message("BenchWorker", 0, "init_model", refused)
+    assert message.startswith(f"BenchWorker rank 0 failed while init_model: {refused} (the MPS daemon on "
+                              "/tmp/nvidia-mps refused this process.")
+    assert "echo quit | nvidia-cuda-mps-control" in message
+    # the pipe directory is the one the process would look in
+    assert "on /srv/mps refused" in refused_hint(refused, {"CUDA_MPS_PIPE_DIRECTORY": "/srv/mps"})
+    # any other failure is reported as it was
+    assert failure_message("RolloutWorker", 1, "generating", "CUDA out of memory") == (
+        "RolloutWorker rank 1 failed while generating: CUDA out of memory")
