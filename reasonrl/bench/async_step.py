@@ -83,10 +83,10 @@ def with_start_lengths(lengths: List[int]) -> type:
     """A ``BenchRolloutWorker`` whose engine has ``lengths`` from its start. The fleet's dispatcher sends a replica
     its first call, the first k + 1 batches at once, as the trainer is built, so lengths sent after that
     (``bench_set_lengths``) may arrive behind it: in the thirtieth session one more round trip before them let the
-    first call go without them (an inference: the failed call's tokens were not recorded), every response ran to the 7,936-token cap (192 groups in one call: about 12.2M
-    tokens), and the watchdog found the replicas with no answer for 300 s. A class made here is not found under its
-    module's name, so Ray ships it to the workers by value (cloudpickle), the lengths with it; a replica the fleet
-    starts again takes them too."""
+    first call go without them (an inference: the failed call's tokens were not recorded), every response ran to
+    the 7,936-token cap (192 groups in one call: about 12.2M tokens), and the watchdog found the replicas with no
+    answer for 300 s. A class made here is not found under its module's name, so Ray ships it to the workers by
+    value (cloudpickle), the lengths with it; a replica the fleet starts again takes them too."""
     return type("BenchRolloutWorkerWithLengths", (BenchRolloutWorker,), {"START_LENGTHS": list(lengths)})
 
 
