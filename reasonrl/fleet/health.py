@@ -21,6 +21,9 @@ EXIT_FLEET_SPENT = 6
 """Exit status of a run stopped because a replica needed a restart and the restart budget was spent."""
 
 DIED, HUNG, FAILING = "died", "hung", "failing"
+SLOW_CALL = "a generate call still running past it counts as hung too: for long responses raise fleet.watchdog_s"
+"""Said with every hung verdict: a replica answers when a whole call ends, and one call may hold several batches
+(a continuous fleet's first call holds the first k + 1), so a healthy replica on long responses can look hung."""
 
 
 class RestartBudgetSpent(RuntimeError):
@@ -118,7 +121,8 @@ class FleetHealth:
                                   f"{replica.last_error}"))
             elif replica.watched_since is not None and now - replica.watched_since >= self.policy.watchdog_s:
                 out.append((name, f"{HUNG}: {replica.outstanding} request(s) outstanding and no answer for "
-                                  f"{now - replica.watched_since:.0f} s (watchdog {self.policy.watchdog_s:g} s)"))
+                                  f"{now - replica.watched_since:.0f} s (watchdog {self.policy.watchdog_s:g} s; "
+                                  f"{SLOW_CALL})"))
         return out
 
     def restart(self, name: str, cause: str) -> None:
