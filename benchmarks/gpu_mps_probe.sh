@@ -3,7 +3,8 @@
 # vLLM, no Ray; the image's torch), each client bounded by timeout. Prints one line per probe. Probes 1-7 ran on one
 # H100 (benchmarks/results/s30_mps_priority_probe.txt); 8-11 (a decode-like client: a bf16 weight stream for 64
 # sequences, memory-bound as a replica's decode step is, beside a busy trainer-like client) are for the next lease.
-#   bash benchmarks/gpu_mps_probe.sh            (PY: the Python to use; the H200 image's /opt/torch/.venv by default)
+#   bash benchmarks/gpu_mps_probe.sh   (PY: the Python to use, the H200 image's /opt/torch/.venv by default; the
+#                                       output also as $OUT/gpu_mps_probe.json, by reasonrl/bench/mps_probe.py)
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpsprobe/p CUDA_MPS_LOG_DIRECTORY=/tmp/mpsprobe/l
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 P=${PY:-/opt/torch/.venv/bin/python}
@@ -17,13 +18,14 @@ DECODE="import torch,time,sys;w=torch.randn(16384,16384,device='cuda',dtype=torc
 decode(){ timeout 60 env "$@" $P -c "$DECODE" "$*" 2>&1 | tail -1; }
 up(){ for i in $(seq 200); do [ -f /tmp/mpsprobe/up ] && break; sleep 0.1; done; rm -f /tmp/mpsprobe/up; }  # the holder wrote it
 rm -f /tmp/mpsprobe/up
+run_probes() {
 nvidia-cuda-mps-control -d
 echo "== 1 solo normal"; work A=solo
 echo "== 2 idle below-normal client started the server first, then normal works"
 SECS=0 ; ( timeout 45 env CUDA_MPS_CLIENT_PRIORITY=1 $P -c "import torch,time;x=torch.ones(1,device='cuda');torch.cuda.synchronize();open('/tmp/mpsprobe/up','w');time.sleep(15)" ) & up; work A=beside_idle_low; wait
 echo "== 3 busy below-normal beside normal"; SECS=12 hold CUDA_MPS_CLIENT_PRIORITY=1 & up; work A=beside_busy_low; wait
 echo "== 4 busy normal beside normal"; SECS=12 hold A=1 & up; work A=beside_busy_normal; wait
-echo "== 5 busy normal beside below-normal worker"; SECS=12 hold A=1 & up; work CUDA_MPS_CLIENT_PRIORITY=1; wait
+echo "== 5 busy normal beside below-normal worker"; SECS=12 hold A=1 & up; work A=low_beside_busy_normal CUDA_MPS_CLIENT_PRIORITY=1; wait
 echo "== 6 busy sm60 beside normal"; SECS=12 hold CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 & up; work A=beside_busy_sm60; wait
 echo "== 7 a client after quit while one holds"; SECS=8 hold A=1 & up; echo quit | nvidia-cuda-mps-control; work A=after_quit; wait
 sleep 2; echo "== daemon after 7: $(echo get_server_list | nvidia-cuda-mps-control 2>&1 | head -1)"
@@ -34,3 +36,7 @@ echo "== 10 decode beside busy sm60"; SECS=20 hold CUDA_MPS_ACTIVE_THREAD_PERCEN
 echo "== 11 decode beside busy below-normal"; SECS=20 hold CUDA_MPS_CLIENT_PRIORITY=1 & up; decode A=decode_beside_busy_low; wait
 echo quit | nvidia-cuda-mps-control; sleep 2; echo "== daemon at the end: $(echo get_server_list | nvidia-cuda-mps-control 2>&1 | head -1)"
 tail -5 $CUDA_MPS_LOG_DIRECTORY/control.log
+}
+mkdir -p "${OUT:-.}"
+run_probes 2>&1 | tee /tmp/mpsprobe/output.txt
+$P -m reasonrl.bench.mps_probe /tmp/mpsprobe/output.txt "${OUT:-.}/gpu_mps_probe.json"
