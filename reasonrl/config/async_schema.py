@@ -66,7 +66,8 @@ class FleetConfig:
     max_restarts: int = 2
     """Replicas the run may replace in all; the next one the fleet would need to replace stops the run."""
     watchdog_s: float = 300.0
-    """Seconds a replica with requests outstanding may go without answering before it is replaced as hung."""
+    """Seconds a replica with requests outstanding may go without answering and without an engine step (its
+    heartbeat, docs/fleet.md) before it is replaced as hung."""
     weight_sync_max_diff: float = 0.1
     """With ``rollout.check_weight_sync``: the largest mean |replica - actor| log-prob difference (nats, over the
     probe sequence's tokens) a replica may show after a publish; above it, or at a weight version other than the

@@ -3,8 +3,9 @@
 A replica is to be replaced when it
 
 - died: its process exited (the caller saw it and says ``died``);
-- hung: it has requests outstanding and has answered none for ``watchdog_s``, counted from its last answer or from
-  when it last went from idle to busy, whichever is later (an idle replica is never hung);
+- hung: it has requests outstanding and has answered none for ``watchdog_s``, counted from its last answer, from
+  when it last went from idle to busy, or from when its engine was last seen to have run more steps
+  (``progressed``: a long call that moves is not hung), whichever is latest (an idle replica is never hung);
 - keeps failing: ``max_consecutive_failures`` requests in a row answered with an error (a success resets the count).
 
 ``verdicts`` lists such replicas with their cause; ``restart`` books the replacement of one under the same name (its
@@ -21,9 +22,11 @@ EXIT_FLEET_SPENT = 6
 """Exit status of a run stopped because a replica needed a restart and the restart budget was spent."""
 
 DIED, HUNG, FAILING = "died", "hung", "failing"
-SLOW_CALL = "a generate call still running past it counts as hung too: for long responses raise fleet.watchdog_s"
-"""Said with every hung verdict: a replica answers when a whole call ends, and one call may hold several batches
-(a continuous fleet's first call holds the first k + 1), so a healthy replica on long responses can look hung."""
+SLOW_CALL = "raise fleet.watchdog_s if one engine step, or a call's work after its last step, can take longer"
+"""Said with every hung verdict. A replica answers when a whole call ends, and one call may hold several batches (a
+continuous fleet's first call holds the first k + 1), so its engine's steps (``progressed``) keep a long call from
+counting as hung; what runs between two counted steps (a huge prefill, the hf engine's log-prob pass after the
+decoding) must fit in the watchdog."""
 
 
 class RestartBudgetSpent(RuntimeError):
@@ -42,7 +45,8 @@ class HealthPolicy:
     max_consecutive_failures: int = 3
     """Failed requests in a row after which a replica is replaced."""
     watchdog_s: float = 300.0
-    """Seconds a replica with requests outstanding may go without answering before it counts as hung."""
+    """Seconds a replica with requests outstanding may go without answering (or, told through ``progressed``,
+    without an engine step) before it counts as hung."""
     restart_budget: int = 2
     """Replicas the run may replace in all; one more stops the run."""
 
@@ -68,6 +72,8 @@ class ReplicaHealth:
     died: Optional[str] = None
     """What ended its process, when it did."""
     restarts: int = 0
+    engine_steps: int = 0
+    """Its engine's steps in all when last seen (``progressed``); a new replica's engine starts at 0."""
 
 
 @dataclass
@@ -106,6 +112,17 @@ class FleetHealth:
             replica.consecutive_failures += 1
             replica.last_error = str(error)
 
+    def progressed(self, name: str, engine_steps: int, now: float) -> None:
+        """``name``'s engine has run ``engine_steps`` steps in all (its heartbeat). More than last seen restarts the
+        watchdog of a replica with requests outstanding: its call is long, not stuck. So a replica whose engine
+        stops is found hung between ``watchdog_s`` and twice that after its last step, as the caller looks each
+        time the watchdog would fire."""
+        replica = self._replica(name)
+        if engine_steps > replica.engine_steps:
+            replica.engine_steps = engine_steps
+            if replica.watched_since is not None:
+                replica.watched_since = now
+
     def died(self, name: str, cause: str) -> None:
         """``name``'s process is gone (``cause``: e.g. its exit status or signal)."""
         self._replica(name).died = str(cause)
@@ -120,9 +137,9 @@ class FleetHealth:
                 out.append((name, f"{FAILING}: {replica.consecutive_failures} failed requests in a row, the last: "
                                   f"{replica.last_error}"))
             elif replica.watched_since is not None and now - replica.watched_since >= self.policy.watchdog_s:
-                out.append((name, f"{HUNG}: {replica.outstanding} request(s) outstanding and no answer for "
-                                  f"{now - replica.watched_since:.0f} s (watchdog {self.policy.watchdog_s:g} s; "
-                                  f"{SLOW_CALL})"))
+                out.append((name, f"{HUNG}: {replica.outstanding} request(s) outstanding, no answer and no engine "
+                                  f"step seen for {now - replica.watched_since:.0f} s (watchdog "
+                                  f"{self.policy.watchdog_s:g} s; {SLOW_CALL})"))
         return out
 
     def restart(self, name: str, cause: str) -> None:

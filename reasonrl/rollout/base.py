@@ -52,6 +52,28 @@ class Completion:
     """"stop" (EOS or a stop token) or "length" (hit ``max_new_tokens``)."""
 
 
+class StepCounter:
+    """An engine's steps in all (each decode step of every generation: ``LLMEngine.step`` for vLLM; for the hf
+    engine a token of ``generate`` and a micro-batch of its log-prob pass), read from another thread while a long
+    call runs: a fleet replica's heartbeat (``reasonrl.fleet.progress``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def count_steps(llm_engine) -> StepCounter:
+    """A counter of ``llm_engine.step()`` calls, however they are made (``LLM.generate`` and the step loops)."""
+    counter, step = StepCounter(), llm_engine.step
+
+    def counted(*args, **kwargs):
+        out = step(*args, **kwargs)
+        counter.count += 1
+        return out
+
+    llm_engine.step = counted
+    return counter
+
+
 SLEEP_PARTS = ("weights", "kv_cache")
 """What an engine's ``sleep`` frees and ``wake_up`` takes tags of."""
 

@@ -14,7 +14,7 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 import torch
 
-from .base import Completion, SamplingParams
+from .base import Completion, SamplingParams, StepCounter
 
 
 def _window(stops: List[str]) -> int:
@@ -48,6 +48,17 @@ class StopStrings:
                             device=input_ids.device)
 
 
+class CountTokens:
+    """A stopping criterion that never stops: it counts ``generate``'s decode steps into ``counter``."""
+
+    def __init__(self, counter: StepCounter) -> None:
+        self.counter = counter
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        self.counter.count += 1
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 class HFRolloutEngine:
     name = "hf"
     supports_sleep = False
@@ -58,6 +69,7 @@ class HFRolloutEngine:
         self.device = device
         self.logprob_micro_batch = logprob_micro_batch
         self._params = dict(self.model.named_parameters())
+        self.steps = StepCounter()
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer, dtype: torch.dtype, device: str) -> "HFRolloutEngine":
@@ -87,10 +99,11 @@ class HFRolloutEngine:
                           top_k=sampling.top_k if sampling.top_k > 0 else None)
         if sampling.ignore_eos:
             kwargs.update(min_new_tokens=sampling.max_new_tokens)
-        if sampling.stop:
-            from transformers import StoppingCriteriaList
+        from transformers import StoppingCriteriaList
 
-            kwargs.update(stopping_criteria=StoppingCriteriaList([StopStrings(self.tokenizer, sampling.stop, width)]))
+        criteria = [CountTokens(self.steps)] + ([StopStrings(self.tokenizer, sampling.stop, width)] if sampling.stop
+                                                else [])
+        kwargs.update(stopping_criteria=StoppingCriteriaList(criteria))
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                   **kwargs).cpu()
         if greedy and sampling.n > 1:  # greedy samples are identical: decode once (transformers refuses n > 1)
@@ -144,6 +157,7 @@ class HFRolloutEngine:
                 logits = logits / temperature
             lp = log_probs_from_logits(logits, ids[:, pw:].to(self.device)).cpu()
             result.extend(lp[i, :len(r)].tolist() for i, r in enumerate(rs))
+            self.steps.count += 1  # a micro-batch scored is engine work done too (the fleet's heartbeat)
         return result
 
     @torch.no_grad()

@@ -31,7 +31,7 @@ from reasonrl.config.device_defaults import enforce_eager_for  # noqa: E402
 from reasonrl.config.schema import RolloutConfig  # noqa: E402
 from reasonrl.models.loader import ties_word_embeddings  # noqa: E402
 from reasonrl.rollout import vllm_compat, vllm_stepper  # noqa: E402
-from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams  # noqa: E402
+from reasonrl.rollout.base import SLEEP_PARTS, Completion, SamplingParams, count_steps  # noqa: E402
 from reasonrl.rollout.weight_sync import normalize_param_name, tensor_nbytes  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class VLLMRolloutEngine:
         self._lora_dir: Optional[str] = None
         set_num_threads = torch.set_num_threads
         self.llm = LLM(**kwargs)
+        self.steps = count_steps(self.llm.llm_engine)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op, for the OpenMP core binding its
         # multi-process executor does. In-process there is no binding, and the no-op would stop the actor
         # (same process) from ever choosing its thread count, so the real function is put back.

@@ -165,7 +165,7 @@ class FleetDispatch:
                 ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
                 if not ready:
                     with self.cv:
-                        for name, cause in self.fleet.health.verdicts(time.monotonic()):
+                        for name, cause in self.fleet.verdicts(time.monotonic()):
                             self.lose_replica(name, self.fleet.actor(name), cause)
                     continue
                 self._answer(ready[0])

@@ -158,7 +158,7 @@ class FleetSource:
         while calls:
             ready, _ = ray.wait(list(calls), num_returns=1, timeout=self.fleet.wait_left())
             if not ready:
-                for name, cause in health.verdicts(time.monotonic()):
+                for name, cause in self.fleet.verdicts(time.monotonic()):
                     send(self._lose(rnd, calls, name, cause, (prompts, by_prompt)))
                 continue
             name, issued = calls[ready[0]]

@@ -28,9 +28,10 @@ import ray
 
 from reasonrl.controller.worker_group import RolloutWorkerError, wait_watched
 from reasonrl.fault_points import arrive, fault_point, run_in_actor
-from reasonrl.fleet.health import FleetHealth, HealthPolicy
+from reasonrl.fleet.health import HUNG, FleetHealth, HealthPolicy
 from reasonrl.fleet.ledger import DONE
 from reasonrl.fleet.poison import FailureTracker
+from reasonrl.fleet.progress import ProgressBoard
 from reasonrl.fleet.router import Router
 from reasonrl.fleet.weight_check import UncheckedReplicaError, compare_replicas
 
@@ -40,6 +41,13 @@ from .streaming import poison_samples
 
 READY_GET_S = 10.0
 """Longest ``running_call`` waits to read a call's answer that is ready (it is in the object store already)."""
+BOARD_READ_S = 5.0
+"""Longest ``verdicts`` waits for the progress board (a small actor that answers at once); past it, no progress."""
+
+
+def beat_interval(watchdog_s: float) -> float:
+    """How often a replica reports its engine's steps: a tenth of the watchdog, within 0.05-5 s."""
+    return min(5.0, max(0.05, watchdog_s / 10))
 
 def replica_name(rank: int) -> str:
     return f"replica{rank}"
@@ -71,6 +79,9 @@ class Replicas:
         self.version = 0
         self.reissued = 0
         self.failures = FailureTracker(self.health.policy.max_consecutive_failures)
+        self.board = ray.remote(num_cpus=0)(ProgressBoard).remote()  # the replicas' heartbeats (fleet.progress)
+        ray.get([self.actor(name).watch_progress.remote(self.board, beat_interval(self.watchdog_s))
+                 for name in self.names()])
 
     def names(self) -> List[str]:
         return [replica_name(rank) for rank in range(self.rollouts.world_size)]
@@ -109,6 +120,20 @@ class Replicas:
         """The gathered weights of ``version`` become the ones a respawned replica loads."""
         self.weights, self.version = got["ref"][0], version
 
+    def verdicts(self, now: float) -> List[Tuple[str, str]]:
+        """The replicas to replace now (``FleetHealth.verdicts``), once the heartbeats are read when one would count
+        as hung: a replica whose engine ran more steps since it was last seen is on a long call, not stuck, and its
+        watchdog starts again (``FleetHealth.progressed``)."""
+        due = self.health.verdicts(now)
+        if any(cause.startswith(HUNG) for _, cause in due):
+            read = self.board.read.remote()
+            ready, _ = ray.wait([read], timeout=BOARD_READ_S)
+            for rank, steps in (ray.get(ready[0]) if ready else {}).items():
+                if replica_name(rank) in self.health.replicas:
+                    self.health.progressed(replica_name(rank), steps, now)
+            due = self.health.verdicts(now)
+        return due
+
     def wait_left(self) -> float:
         """Seconds until the earliest busy replica would count as hung."""
         since = [r.watched_since for r in self.health.replicas.values() if r.watched_since is not None]
@@ -126,6 +151,8 @@ class Replicas:
         """A new actor for ``name`` on its bundle, started and holding the current weights before its first request;
         then it takes work again."""
         actor = self.rollouts.respawn(replica_rank(name))
+        ray.get(self.board.forget.remote(replica_rank(name)))  # the new engine counts from 0 (so does its health)
+        actor.watch_progress.remote(self.board, beat_interval(self.watchdog_s))
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
         else:  # up before it counts as a replica: its start-up is not charged to the next publish's watchdog

@@ -212,6 +212,24 @@ class RolloutWorker:
     def weights_version(self) -> int:
         return self.version
 
+    def watch_progress(self, board: Any, every_s: float) -> None:
+        """A fleet replica's heartbeat (``reasonrl.fleet.progress``): from a thread of its own, every ``every_s`` its
+        engine's steps in all go to ``board`` (a Ray actor) when they changed, while a call runs or not. Called
+        by the fleet once per replica, on an idle replica."""
+        counter = getattr(self.host.engine, "steps", None)
+        if counter is None:  # an engine that counts no steps: the watchdog goes by answers alone
+            return
+
+        def beat() -> None:
+            seen = None
+            while True:
+                if counter.count != seen:
+                    seen = counter.count
+                    board.beat.remote(self.rank, seen)
+                time.sleep(every_s)
+
+        threading.Thread(target=beat, name=f"progress{self.rank}", daemon=True).start()
+
     @dispatch(RANK_ZERO)
     def sequence_logprobs(self, prompts: List[List[int]], responses: List[List[int]]) -> List[List[float]]:
         """The engine's log-probs of each response given its prompt (weight checks)."""

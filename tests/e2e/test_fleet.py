@@ -137,6 +137,25 @@ def test_a_resumed_run_keeps_the_ledger_and_stops_when_the_budget_is_spent(kille
 
 
 @pytest.mark.slow
+def test_a_replica_on_a_call_longer_than_the_watchdog_is_not_replaced(ray_session, tiny_policy, tmp_path):
+    """Each replica's one call of the round (2 prompts x 2 samples of up to 512 tokens: about 5 s of the tiny
+    policy's decoding on this machine) outlasts the 1.5 s watchdog. Their engines' steps reach the progress board
+    while the calls run (``fleet.progress``), so neither is replaced; going by answers alone, both were, and the run
+    stopped (its restart budget is 1). No off-policy correction, so no log-prob pass after the decoding: the hf
+    engine counts that pass as one step a micro-batch, and its one micro-batch here took 1-2 s."""
+    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=1.5",
+                                         "rollout.max_new_tokens=512", "algorithm.off_policy.correction=none",
+                                         f"trainer.output_dir={tmp_path}"])
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert row["fleet/restarts"] == 0 and row["fleet/round_lost"] == 0 and row["fleet/round_reissued"] == 0
+    assert row["timing_s/rollout"] > 1.5  # the calls did outlast the watchdog (about 5 s here)
+
+
+@pytest.mark.slow
 def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy, tmp_path):
     """replica0 blocks before its first generate (fault action ``hang``): after ``fleet.watchdog_s`` it is replaced
     and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under

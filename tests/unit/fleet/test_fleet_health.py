@@ -21,11 +21,11 @@ def test_the_watchdog_counts_from_the_last_answer_or_from_going_busy():
     assert health.verdicts(now=110.0) == []
     health.sent("b", now=110.0)         # b busy from 110
     assert health.verdicts(now=119.9) == []
-    slow = "a generate call still running past it counts as hung too: for long responses raise fleet.watchdog_s"
-    assert health.verdicts(now=120.0) == [("a", f"hung: 1 request(s) outstanding and no answer for 10 s "
-                                                f"(watchdog 10 s; {slow})"),
-                                          ("b", f"hung: 1 request(s) outstanding and no answer for 10 s "
-                                                f"(watchdog 10 s; {slow})")]
+    slow = "raise fleet.watchdog_s if one engine step, or a call's work after its last step, can take longer"
+    assert health.verdicts(now=120.0) == [("a", "hung: 1 request(s) outstanding, no answer and no engine step seen "
+                                                f"for 10 s (watchdog 10 s; {slow})"),
+                                          ("b", "hung: 1 request(s) outstanding, no answer and no engine step seen "
+                                                f"for 10 s (watchdog 10 s; {slow})")]
     health.answered("b", now=120.0)
     health.answered("a", now=120.5)     # idle: never hung, however long
     assert health.verdicts(now=10_000.0) == []
@@ -83,3 +83,24 @@ def test_bad_policies_and_calls_are_refused_by_name():
         health.answered("a", 0.0)
     with pytest.raises(KeyError, match="no replica 'z' is watched"):
         health.sent("z", 0.0)
+
+
+def test_an_engine_that_moves_is_not_hung_and_one_that_stops_is():
+    health = watch("a")                 # watchdog 10 s
+    health.sent("a", now=100.0)
+    health.progressed("a", 0, now=109.0)  # a new engine's count: no step yet, no progress
+    assert [name for name, _ in health.verdicts(now=110.0)] == ["a"]
+    health.progressed("a", 40, now=110.0)  # 40 steps since: the call is long, not stuck; the clock restarts at 110
+    assert health.verdicts(now=119.9) == []
+    health.progressed("a", 40, now=120.0)  # no step since 110: hung at 120, 20 s after the start, 10 s after the last
+    assert [name for name, _ in health.verdicts(now=120.0)] == ["a"]
+    health.answered("a", now=121.0)     # idle: steps seen keep nothing running
+    health.progressed("a", 55, now=500.0)
+    assert health.verdicts(now=10_000.0) == []
+    health.sent("a", now=10_000.0)      # busy again: 55 steps are the baseline, so 55 is no progress
+    health.progressed("a", 55, now=10_010.0)
+    assert [name for name, _ in health.verdicts(now=10_010.0)] == ["a"]
+    health.restart("a", "hung")         # the new engine counts from 0 again
+    health.sent("a", now=20_000.0)
+    health.progressed("a", 3, now=20_009.0)
+    assert health.verdicts(now=20_018.0) == []  # 3 steps moved the clock to 20009
