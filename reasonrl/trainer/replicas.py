@@ -49,6 +49,7 @@ def beat_interval(watchdog_s: float) -> float:
     """How often a replica reports its engine's steps: a tenth of the watchdog, within 0.05-5 s."""
     return min(5.0, max(0.05, watchdog_s / 10))
 
+
 def replica_name(rank: int) -> str:
     return f"replica{rank}"
 
@@ -80,8 +81,11 @@ class Replicas:
         self.reissued = 0
         self.failures = FailureTracker(self.health.policy.max_consecutive_failures)
         self.board = ray.remote(num_cpus=0)(ProgressBoard).remote()  # the replicas' heartbeats (fleet.progress)
-        ray.get([self.actor(name).watch_progress.remote(self.board, beat_interval(self.watchdog_s))
-                 for name in self.names()])
+        ray.get([self.watch(self.actor(name)) for name in self.names()])
+
+    def watch(self, actor: Any) -> Any:
+        """``actor`` starts reporting its engine's steps to the progress board; the call's ref."""
+        return actor.watch_progress.remote(self.board, beat_interval(self.watchdog_s))
 
     def names(self) -> List[str]:
         return [replica_name(rank) for rank in range(self.rollouts.world_size)]
@@ -152,7 +156,7 @@ class Replicas:
         then it takes work again."""
         actor = self.rollouts.respawn(replica_rank(name))
         ray.get(self.board.forget.remote(replica_rank(name)))  # the new engine counts from 0 (so does its health)
-        actor.watch_progress.remote(self.board, beat_interval(self.watchdog_s))
+        self.watch(actor)
         if self.weights is not None:
             ray.get(actor.load_published.remote(self.weights, self.version))
         else:  # up before it counts as a replica: its start-up is not charged to the next publish's watchdog

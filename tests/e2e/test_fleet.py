@@ -24,6 +24,22 @@ def make_trainer(policy, args):
     return ray_trainer(TINY, policy, args)
 
 
+def fitted(policy, args, faults=None, keep=lambda trainer: None):
+    """A trainer of ``args`` fitted under the fault plan ``faults`` (none by default), then closed; ``keep(trainer)``,
+    read before the close."""
+    with planned_faults(faults):
+        trainer = make_trainer(policy, args)
+        try:
+            trainer.fit()
+            return keep(trainer)
+        finally:
+            trainer.close()
+
+
+def first_metrics(run_dir: Path):
+    return read_jsonl(run_dir / "metrics.jsonl")[0]
+
+
 def journal(run_dir: Path, step: int):
     return read_jsonl(run_dir / "fleet" / f"round_{step:06d}.jsonl")[1:]
 
@@ -33,21 +49,16 @@ def killed_run(tmp_path_factory, ray_session, tiny_policy):
     """2 steps; replica1 killed as step 1's round is handed to it (its 2nd generate call); checkpoint at step 2; the
     weight-sync check on (every replica against the actor after each publish)."""
     out = tmp_path_factory.mktemp("fleet") / "run"
-    with planned_faults("fleet.replica1.generate#2=sigkill"):
-        trainer = make_trainer(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2",
-                                             "rollout.check_weight_sync=true", f"trainer.output_dir={out}"])
-        try:
-            trainer.fit()
-            versions = trainer.rollouts.weights_version()
-        finally:
-            trainer.close()
+    versions = fitted(tiny_policy, ["trainer.total_steps=2", "trainer.save_every=2", "rollout.check_weight_sync=true",
+                                    f"trainer.output_dir={out}"], faults="fleet.replica1.generate#2=sigkill",
+                      keep=lambda trainer: trainer.rollouts.weights_version())
     return out, versions
 
 
 @pytest.mark.slow
 def test_a_round_through_two_replicas_is_complete_and_each_prompt_on_one(killed_run):
     out, _ = killed_run
-    first = read_jsonl(out / "metrics.jsonl")[0]
+    first = first_metrics(out)
     assert first["step"] == 1 and first["fleet/load/replica0"] == 2 and first["fleet/load/replica1"] == 2
     assert first["fleet/restarts"] == 0 and first["fleet/round_lost"] == 0
     issues = [r for r in journal(out, 0) if r["op"] == "issue"]
@@ -143,14 +154,10 @@ def test_a_replica_on_a_call_longer_than_the_watchdog_is_not_replaced(ray_sessio
     while the calls run (``fleet.progress``), so neither is replaced; going by answers alone, both were, and the run
     stopped (its restart budget is 1). No off-policy correction, so no log-prob pass after the decoding: the hf
     engine counts that pass as one step a micro-batch, and its one micro-batch here took 1-2 s."""
-    trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=1.5",
-                                         "rollout.max_new_tokens=512", "algorithm.off_policy.correction=none",
-                                         f"trainer.output_dir={tmp_path}"])
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    fitted(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=1.5",
+                         "rollout.max_new_tokens=512", "algorithm.off_policy.correction=none",
+                         f"trainer.output_dir={tmp_path}"])
+    row = first_metrics(tmp_path)
     assert row["fleet/restarts"] == 0 and row["fleet/round_lost"] == 0 and row["fleet/round_reissued"] == 0
     assert row["timing_s/rollout"] > 1.5  # the calls did outlast the watchdog (about 5 s here)
 
@@ -161,15 +168,10 @@ def test_a_hung_replica_is_replaced_after_the_watchdog(ray_session, tiny_policy,
     and its prompts go to replica1 (a healthy replica answers 2 prompts x 8 tokens of the tiny model in well under
     the 5 s). Then replica1 blocks before the weight-sync check after the publish: it is replaced too, and its
     replacement is checked in its place."""
-    with planned_faults("fleet.replica0.generate#1=hang,fleet.replica1.check_weights#1=hang"):
-        trainer = make_trainer(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5",
-                                             "fleet.max_restarts=2", "rollout.check_weight_sync=true",
-                                             f"trainer.output_dir={tmp_path}"])
-        try:
-            trainer.fit()
-        finally:
-            trainer.close()
-    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    fitted(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=5", "fleet.max_restarts=2",
+                         "rollout.check_weight_sync=true", f"trainer.output_dir={tmp_path}"],
+           faults="fleet.replica0.generate#1=hang,fleet.replica1.check_weights#1=hang")
+    row = first_metrics(tmp_path)
     assert row["fleet/restarts"] == 1 and row["fleet/round_reissued"] == 2 and row["fleet/round_lost"] == 0
     records = journal(tmp_path, 0)
     revoked = [r for r in records if r["op"] == "revoke"]
