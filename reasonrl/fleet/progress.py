@@ -23,3 +23,10 @@ class ProgressBoard:
 
     def read(self) -> Dict[int, int]:
         return dict(self.steps)
+
+    def close(self) -> None:
+        """The board's actor exits: the caller of this method sees the actor die, and every later call fails
+        (``ray.actor.exit_actor``)."""
+        import ray
+
+        ray.actor.exit_actor()

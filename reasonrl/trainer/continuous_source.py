@@ -190,4 +190,4 @@ class ContinuousSource:
         if self.publishing is not None:  # bounded by the gather's watchdog and the staging timeout
             self.publishing.join()
         self.dispatch.stop()
-        self.fleet.rollouts.shutdown()
+        self.fleet.shutdown()

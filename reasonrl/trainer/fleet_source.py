@@ -127,7 +127,7 @@ class FleetSource:
         self.fleet.load(directory)
 
     def close(self) -> None:
-        self.fleet.rollouts.shutdown()
+        self.fleet.shutdown()
 
     # ------------------------------------------------------------------ the fleet
     def _generate(self, rnd: FleetRound, prompts: List[Any]) -> Tuple[List[Sample], Dict[str, int]]:

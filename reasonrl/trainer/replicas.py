@@ -87,6 +87,12 @@ class Replicas:
         """``actor`` starts reporting its engine's steps to the progress board; the call's ref."""
         return actor.watch_progress.remote(self.board, beat_interval(self.watchdog_s))
 
+    def shutdown(self) -> None:
+        """The replicas stopped, then the progress board (an actor of this run, not of the cluster): waited for up to
+        ``BOARD_READ_S``, so that a call made after this fails for certain."""
+        self.rollouts.shutdown()
+        ray.wait([self.board.close.remote()], timeout=BOARD_READ_S)
+
     def names(self) -> List[str]:
         return [replica_name(rank) for rank in range(self.rollouts.world_size)]
 

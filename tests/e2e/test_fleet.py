@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import ray
 from helpers import planned_faults, read_jsonl, ray_trainer
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
@@ -154,12 +155,14 @@ def test_a_replica_on_a_call_longer_than_the_watchdog_is_not_replaced(ray_sessio
     while the calls run (``fleet.progress``), so neither is replaced; going by answers alone, both were, and the run
     stopped (its restart budget is 1). No off-policy correction, so no log-prob pass after the decoding: the hf
     engine counts that pass as one step a micro-batch, and its one micro-batch here took 1-2 s."""
-    fitted(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=1.5",
-                         "rollout.max_new_tokens=512", "algorithm.off_policy.correction=none",
-                         f"trainer.output_dir={tmp_path}"])
+    board = fitted(tiny_policy, ["trainer.total_steps=1", "trainer.save_every=0", "fleet.watchdog_s=1.5",
+                                 "rollout.max_new_tokens=512", "algorithm.off_policy.correction=none",
+                                 f"trainer.output_dir={tmp_path}"], keep=lambda trainer: trainer.source.fleet.board)
     row = first_metrics(tmp_path)
     assert row["fleet/restarts"] == 0 and row["fleet/round_lost"] == 0 and row["fleet/round_reissued"] == 0
     assert row["timing_s/rollout"] > 1.5  # the calls did outlast the watchdog (about 5 s here)
+    with pytest.raises(ray.exceptions.RayActorError):  # the trainer's close stopped its progress board
+        ray.get(board.read.remote())
 
 
 @pytest.mark.slow
