@@ -33,7 +33,7 @@ def test_math_tool_trains_two_steps(tmp_path, model_path, algorithm, backend):
     replica, ``fleet.continuous``, one batch ahead): the tool loop runs inside the replica, and the ledger shows every
     prompt trained once. PPO runs the command's ``main`` in this process with ``trainer.backends.InProcessBackend``:
     the colocated loop, workers and sandbox without starting Ray, which the critic's group on Ray does not need here
-    (tests/unit/workers/test_critic_worker.py runs it)."""
+    (tests/e2e/test_ppo_e2e.py runs it)."""
     out = tmp_path / "run"
     train = write_parquet(copy_rows(4), tmp_path / "copy.parquet")
     args = ["task=math_tool", f"algorithm={algorithm}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
