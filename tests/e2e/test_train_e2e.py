@@ -29,8 +29,9 @@ def read_metrics(run_dir: Path):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def test_two_workers_match_one_worker(model_path):
-    """One update on a fixed batch: FSDP2 sharded over 2 gloo ranks (batch split by rank) equals 1 rank."""
+def test_two_workers_match_one_worker(tiny_policy):
+    """One update on a fixed batch: FSDP2 sharded over 2 gloo ranks (batch split by rank) equals 1 rank. The 2-layer
+    random policy with SmolLM2's tokenizer (sharding is plumbing; the real model's update is the trained tests')."""
     import ray
 
     from reasonrl.config import load_config, to_dict
@@ -41,7 +42,7 @@ def test_two_workers_match_one_worker(model_path):
 
     cfg, _ = load_config(["rollout.engine=hf", "actor.lr=1e-4", "data.train_batch_size=2", "rollout.n=2",
                           "actor.micro_batch_size_per_worker=1"], cuda_available=False)
-    tok = load_tokenizer(model_path)
+    tok = load_tokenizer(tiny_policy)
     prompts = [tok("Question: what is 2+2?")["input_ids"], tok("Name a colour:")["input_ids"]]
     responses = [tok(" It is 4.")["input_ids"], tok(" 5")["input_ids"], tok(" Blue is a nice one")["input_ids"],
                  tok(" red")["input_ids"]]
@@ -53,8 +54,8 @@ def test_two_workers_match_one_worker(model_path):
     after = {}
     try:
         for world in (1, 2):
-            group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, {"config": to_dict(cfg), "model_path": model_path,
-                                                                         "plan": cpu_worker_plan(cfg, world)})
+            kwargs = {"config": to_dict(cfg), "model_path": tiny_policy, "plan": cpu_worker_plan(cfg, world)}
+            group = WorkerGroup(ActorRolloutRefWorker, world, False, 1, kwargs)
             b = batch.union(group.compute_log_probs(batch)).union(group.compute_ref_log_probs(batch))
             metrics = group.update_actor(b)
             after[world] = (group.compute_log_probs(batch)["old_log_probs"], metrics)
