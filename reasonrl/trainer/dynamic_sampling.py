@@ -8,7 +8,7 @@ keeps the informative groups of the first round, samples further rounds (at most
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
