@@ -6,7 +6,7 @@ Every function here takes a response ``mask`` of 0/1 (float or bool, shape [B, T
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor

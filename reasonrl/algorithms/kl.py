@@ -12,8 +12,6 @@ moved far from the reference cannot dominate the loss (their gradient is zero wh
 
 from __future__ import annotations
 
-from typing import Callable, Dict
-
 import torch
 from torch import Tensor
 

@@ -16,7 +16,7 @@ import torch
 from helpers import cpu_worker_plan
 
 from reasonrl.config import load_config, to_dict
-from reasonrl.controller import WorkerGroup, free_port
+from reasonrl.controller import WorkerGroup
 from reasonrl.data import Batch
 from reasonrl.data.sample import Sample
 from reasonrl.workers.actor_rollout_ref import ActorRolloutRefWorker

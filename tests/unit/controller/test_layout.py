@@ -3,7 +3,6 @@ per node) with errors naming the roles and numbers, bad input at load time, and 
 cluster of two nodes that declare logical GPUs, with tiny actors reporting where each role's ranks landed."""
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest

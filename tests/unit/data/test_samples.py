@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from reasonrl.data.prompts import Prompt
-from reasonrl.data.sample import EnvOutcome, Sample, ToolOutcome, bind_prompts
+from reasonrl.data.sample import Sample, ToolOutcome, bind_prompts
 from reasonrl.rollout.base import Completion
 from reasonrl.rollout.multiturn import ToolCompletion
 from reasonrl.workers.engine_host import completions_to_samples, generate_chunks

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 from components import VLLM, require
 
 from reasonrl.config import load_config

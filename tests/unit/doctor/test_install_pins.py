@@ -14,7 +14,6 @@ import subprocess
 import sys
 import urllib.request
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 from components import VLLM, require, require_module

@@ -1,7 +1,6 @@
 """The packaged SmolLM2 is converted once; later launches reuse the converted copy (a cut from the first step)."""
 from __future__ import annotations
 
-import pytest
 from components import require
 
 from reasonrl.models.loader import convert_packaged_gguf, packaged_gguf_path, resolve_model_path

@@ -86,7 +86,6 @@ def test_combination_by_hand():
 
 def test_docs_list_every_key_of_the_reward_sections():
     import dataclasses
-    from pathlib import Path
 
     from reasonrl.config.reward_sources_schema import EndpointConfig, JudgeConfig, RemoteRewardConfig, RewardModelConfig
 
