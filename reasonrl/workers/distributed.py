@@ -8,9 +8,9 @@ import torch
 import torch.distributed as dist
 
 
-
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int, device: str):
-    """Join the process group; returns the device mesh."""
+    """Join the process group; returns the device mesh. A group of one rendezvouses in memory (no port: a free port
+    picked ahead can be taken by another process before the store binds it)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
@@ -18,7 +18,9 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
         torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
-    if not dist.is_initialized():
+    if not dist.is_initialized() and world_size == 1:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(minutes=30))
+    elif not dist.is_initialized():
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(minutes=30))
     return init_device_mesh(device, (world_size,))
