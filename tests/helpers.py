@@ -29,6 +29,15 @@ def ray_trainer(base: Sequence[str], policy: str, args: Sequence[str]):
     return Trainer(cfg, RunPlan.build(cfg), RayBackend())
 
 
+def fit_and_close(trainer, keep=lambda trainer: None):
+    """``trainer.fit()``, then ``trainer.close()`` whatever happens; ``keep(trainer)``, read before the close."""
+    try:
+        trainer.fit()
+        return keep(trainer)
+    finally:
+        trainer.close()
+
+
 @contextlib.contextmanager
 def planned_faults(spec: Optional[str]) -> Iterator[Dict[str, int]]:
     """``REASONRL_FAULT_AT=spec`` (reasonrl/fault_points.py) for the block, with fault points counted afresh;

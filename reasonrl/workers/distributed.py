@@ -18,11 +18,10 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
         torch.cuda.set_device(0)  # Ray gives each worker one visible GPU
-    if not dist.is_initialized() and world_size == 1:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(minutes=30))
-    elif not dist.is_initialized():
-        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                                world_size=world_size, timeout=timedelta(minutes=30))
+    if not dist.is_initialized():
+        rendezvous = ({"store": dist.HashStore()} if world_size == 1
+                      else {"init_method": f"tcp://{master_addr}:{master_port}"})
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=30), **rendezvous)
     return init_device_mesh(device, (world_size,))
 
 

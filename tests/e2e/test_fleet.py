@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from helpers import planned_faults, read_jsonl, ray_trainer
+from helpers import fit_and_close, planned_faults, read_jsonl, ray_trainer
 
 TINY = ["task=arith", "rollout.engine=hf", "data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
         "actor.micro_batch_size_per_worker=8", "reward.workers=1", "trainer.logger=[jsonl]", "trainer.mode=async",
@@ -29,12 +29,7 @@ def fitted(policy, args, faults=None, keep=lambda trainer: None):
     """A trainer of ``args`` fitted under the fault plan ``faults`` (none by default), then closed; ``keep(trainer)``,
     read before the close."""
     with planned_faults(faults):
-        trainer = make_trainer(policy, args)
-        try:
-            trainer.fit()
-            return keep(trainer)
-        finally:
-            trainer.close()
+        return fit_and_close(make_trainer(policy, args), keep)
 
 
 def first_metrics(run_dir: Path):

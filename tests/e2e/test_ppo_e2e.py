@@ -4,15 +4,11 @@ the test pays for one Ray start and no interpreter starts (the command line itse
 from __future__ import annotations
 
 import pytest
-from helpers import read_jsonl, ray_trainer
+from helpers import fit_and_close, read_jsonl, ray_trainer
 
 
 def fit(policy, args):
-    trainer = ray_trainer([], policy, args)
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
+    fit_and_close(ray_trainer([], policy, args))
 
 
 @pytest.mark.slow
