@@ -58,21 +58,28 @@ def tiny_policy(tmp_path_factory, model_path) -> str:
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, model_path) -> Path:
-    """One real trained run per test session, for the end-to-end tests that read a run (the viewer, eval of a
-    checkpoint): 2 GRPO steps of the real SmolLM2 on ``task=arith`` through the command's ``main`` on the in-process
-    backend with the hf engine (the cheapest real run), samples logged every step, the final checkpoint (step 2,
-    with its Hugging Face export under ``hf/``) saved. It starts over (``trainer.resume=never``) in a directory where
-    an earlier run left log rows (each marked ``"earlier": true``), which the run must drop. Tests read it and never
-    write into it."""
+    """One real trained run per test session, for the end-to-end tests that read a run (the tool-use training test,
+    the viewer, eval of a checkpoint): 2 PPO steps (actor, critic, reference) of the real SmolLM2 on ``task=math_tool``
+    through the command's ``main`` on the in-process backend with the hf engine and the real sandbox. Its 4 prompts
+    ask the model to copy a code block (``helpers.tool_copy_rows``), so its trajectories hold tool turns; 2 prompts x 2
+    responses a step, samples logged every step, the final checkpoint (step 2, with its Hugging Face export under
+    ``hf/``) saved. It starts over (``trainer.resume=never``) in a directory where an earlier run left log rows (each
+    marked ``"earlier": true``), which the run must drop. Tests read it and never write into it."""
+    from helpers import tool_copy_rows
+
+    from reasonrl.datasets import write_parquet
     from reasonrl.train import main as train_main
     from reasonrl.trainer.backends import InProcessBackend
 
-    out = tmp_path_factory.mktemp("trained") / "run"
+    base = tmp_path_factory.mktemp("trained")
+    out = base / "run"
     out.mkdir()
     for name in ("metrics.jsonl", "samples.jsonl"):
         (out / name).write_text('{"step": 0, "earlier": true}\n{"step": 5, "earlier": true}\n')
-    args = ["task=arith", "trainer.resume=never", f"model.path={model_path}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
-            "rollout.max_new_tokens=24", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
+    train = write_parquet(tool_copy_rows(4), base / "copy.parquet")
+    args = ["task=math_tool", "algorithm=ppo", "trainer.resume=never", f"model.path={model_path}",
+            f"data.train_files=[{train}]", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_new_tokens=32", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
             "trainer.total_steps=2", "trainer.save_every=0", "trainer.log_samples_every=1",
             f"trainer.output_dir={out}", "trainer.logger=[console,jsonl]"]
     assert train_main(args, backend=InProcessBackend()) == 0

@@ -264,3 +264,19 @@ def round_of(tmp_path: Path, step: int = 3, count: int = 4):
     router.add("replica1")
     ledger = Ledger.open(tmp_path / f"round_{step:06d}.jsonl", step, [step * count + k for k in range(count)])
     return FleetRound(step, count, 2, router, ledger), router, ledger
+
+
+COPY_PROMPT = "Copy this code block exactly, then say the number it prints:\n```python\nprint({a} * {b})\n```"
+"""A task SmolLM2 does about half the time at temperature 1: copying the code block is a tool call (task=math_tool)."""
+
+
+def tool_copy_rows(count: int) -> List[Dict[str, Any]]:
+    """``count`` math_tool rows (the python tool's system prompt, COPY_PROMPT for 6..6+count-1 times 7, the product as
+    the answer): trajectories with tool turns from the real SmolLM2."""
+    from reasonrl.tools.python import SYSTEM_PROMPT
+
+    return [{"data_source": "openai/gsm8k", "ability": "math", "verifier": "math",
+             "prompt": [{"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "user", "content": COPY_PROMPT.format(a=6 + i, b=7)}],
+             "reward_model": {"style": "rule", "ground_truth": str((6 + i) * 7)},
+             "extra_info": {"split": "train", "index": i}} for i in range(count)]

@@ -1,6 +1,6 @@
-"""The run viewer on a real trained run (the session's ``trained_run``, tests/conftest.py: 2 GRPO steps of the real
-SmolLM2 on ``task=arith`` in this process, the hf engine: the cheapest real run), its run directory served: the curves, health and samples endpoints answer that run's own steps and samples, read back
-against the files the trainer wrote."""
+"""The run viewer on a real trained run (the session's ``trained_run``, tests/conftest.py: 2 PPO steps of the real
+SmolLM2 on ``task=math_tool`` in this process, the hf engine), its run directory served: the curves, health and
+samples endpoints answer that run's own steps and samples, read back against the files the trainer wrote."""
 from __future__ import annotations
 
 import json
