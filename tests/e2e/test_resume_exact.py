@@ -1,10 +1,10 @@
 """The big guarantee: N steps straight equal an interrupted run resumed and finished — same weights, same data
 order and samples, same metrics rows, none twice — for Ctrl-C (SIGINT) and kill -9 at several phases (two
-interruptions of each kind in one run, resumed after each).
+interruptions of each kind, all four in one run, resumed after each).
 
 Real runs on CPU: Ray, FSDP2, the hf engine with seeded sampling, on a tiny random Llama with SmolLM2's tokenizer
 (conftest's ``tiny_policy``): exactness is plumbing (RNG, sampler, optimizer and data state), not what the model
-knows, and each of the seven training processes then costs little more than its start-up. Each interruption lands
+knows, and each of the six training processes then costs little more than its start-up. Each interruption lands
 at an exact place: the run signals itself at a named fault point (``REASONRL_FAULT_AT``, see reasonrl/fault_points.py),
 so nothing depends on timing.
 """
@@ -88,26 +88,22 @@ def straight(tmp_path_factory, tiny_policy):
     return result
 
 
-# Each chain interrupts one run in two places, resuming it in between, then resumes it to the end: every training
-# process starts Ray and loads the model (CI's dearest part), so two interruptions share their runs. Fault counts
-# are per process: in a run resumed at step 1, the first generate, update or checkpoint is step 2's.
-# [(fault point, save_every, expected exit status, the checkpoint the next run must resume from), ...]
-CHAINS = {
-    "ctrl_c": [
-        # Ctrl-C while step 1's checkpoint is being written: the save completes, then the run stops.
-        ("checkpoint.written#1=sigint", 1, 130, 1),
-        # Resumed at step 1, Ctrl-C while the workers generate step 2's rollouts: step 2 finishes and is saved
-        # though no save was due.
-        ("group.generate#1=sigint", STEPS, 130, 2),
-    ],
-    "kill_9": [
-        # kill -9 in step 2's actor update: step 1's checkpoint is the resume point.
-        ("group.update_actor#2=sigkill", 1, -signal.SIGKILL, 1),
-        # Resumed at step 1, kill -9 while step 2's checkpoint is written (its metrics row is already logged):
-        # resume from step 1 again and log step 2 once.
-        ("checkpoint.written#1=sigkill", 1, -signal.SIGKILL, 1),
-    ],
-}
+# One chain interrupts one run in four places, resuming it after each, then resumes it to the end: every training
+# process starts Ray and loads the model (CI's dearest part), so the four interruptions share their runs. Fault
+# counts are per process: in a run resumed at step 1, the first generate, update or checkpoint is step 2's.
+# (fault point, save_every, expected exit status, the checkpoint the next run must resume from), in order:
+CHAIN = [
+    # Ctrl-C while step 1's checkpoint is being written: the save completes, then the run stops.
+    ("checkpoint.written#1=sigint", 1, 130, 1),
+    # Resumed at step 1, Ctrl-C while the workers generate step 2's rollouts: step 2 finishes and is saved though no
+    # save was due.
+    ("group.generate#1=sigint", STEPS, 130, 2),
+    # Resumed at step 2, kill -9 in step 3's actor update: step 2's checkpoint is the resume point.
+    ("group.update_actor#1=sigkill", 1, -signal.SIGKILL, 2),
+    # Resumed at step 2 again, kill -9 while step 3's checkpoint is written (its metrics row is already logged):
+    # resume from step 2 again and log step 3 once.
+    ("checkpoint.written#1=sigkill", 1, -signal.SIGKILL, 2),
+]
 
 
 def resumed_line(out: Path, step: int) -> str:
@@ -115,11 +111,10 @@ def resumed_line(out: Path, step: int) -> str:
 
 
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("chain", list(CHAINS))
-def test_interrupted_twice_and_resumed_run_equals_straight_run(tmp_path, tiny_policy, straight, chain):
+def test_a_run_interrupted_four_times_and_resumed_equals_the_straight_run(tmp_path, tiny_policy, straight):
     out = tmp_path / "run"
     resume_from = None
-    for fault, save_every, status, resume_step in CHAINS[chain]:
+    for fault, save_every, status, resume_step in CHAIN:
         run = run_train(out, tiny_policy, f"trainer.save_every={save_every}", fault=fault)
         log = f"{fault}: " + run.stdout[-3000:] + run.stderr[-3000:]
         assert run.returncode == status, log
