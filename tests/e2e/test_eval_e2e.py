@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from components import VLLM, require, vllm_ready
 
+from reasonrl.eval.cli import main as eval_main
 from reasonrl.eval.metrics import maj_at_k, pass_at_k
 
 pytestmark = pytest.mark.slow
@@ -26,10 +27,14 @@ def _env():
                 OMP_NUM_THREADS="1")
 
 
+def _args(out: Path, *extra: str):
+    return ["task=gsm8k", f"eval.limit={LIMIT}", f"eval.n={N}", "eval.k=[1,2]", "eval.temperature=1.0",
+            "eval.max_new_tokens=24", "eval.batch_size=1", "rollout.engine=hf", "reward.workers=1",
+            f"eval.output_dir={out}", *extra]
+
+
 def _command(out: Path, *extra: str):
-    return [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", f"eval.limit={LIMIT}", f"eval.n={N}",
-            "eval.k=[1,2]", "eval.temperature=1.0", "eval.max_new_tokens=24", "eval.batch_size=1",
-            "rollout.engine=hf", "reward.workers=1", f"eval.output_dir={out}", *extra]
+    return [sys.executable, "-m", "reasonrl.eval", *_args(out, *extra)]
 
 
 def _lines(path: Path):
@@ -37,7 +42,7 @@ def _lines(path: Path):
 
 
 @pytest.mark.timeout(1500)
-def test_eval_command_interrupt_resume_and_reuse(tmp_path):
+def test_eval_command_interrupt_resume_and_reuse(tmp_path, capsys):
     out = tmp_path / "eval"
     samples = out / "samples.jsonl"
 
@@ -83,9 +88,10 @@ def test_eval_command_interrupt_resume_and_reuse(tmp_path):
     assert summary["engine"] == "hf" and summary["n"] == N and summary["k"] == [1, 2]
     assert "pass@2" in run2.stdout and "overall" in run2.stdout  # the printed table
 
-    # Run 3: everything is on disk, so nothing is generated (no engine is even started) and nothing appended.
-    run3 = subprocess.run(_command(out), env=_env(), capture_output=True, text=True, timeout=600)
-    assert run3.returncode == 0, run3.stderr[-3000:]
+    # Run 3: everything is on disk, so nothing is generated (no engine is even started) and nothing appended. Runs 3
+    # and 4 call the command's main in this process (runs 1 and 2 ran the command itself): no interpreter start.
+    capsys.readouterr()
+    assert eval_main(_args(out)) == 0, capsys.readouterr().err[-3000:]
     summary3 = json.loads((out / "summary.json").read_text())
     assert summary3["generated_problems"] == 0 and summary3["resumed_problems"] == LIMIT
     assert summary3["engine"] is None
@@ -93,9 +99,8 @@ def test_eval_command_interrupt_resume_and_reuse(tmp_path):
     assert _lines(samples) == second
 
     # Changing what the samples depend on is refused instead of mixing samples.
-    run4 = subprocess.run(_command(out, "eval.max_new_tokens=16"), env=_env(), capture_output=True, text=True,
-                          timeout=600)
-    assert run4.returncode == 2 and "max_new_tokens" in run4.stderr
+    capsys.readouterr()
+    assert eval_main(_args(out, "eval.max_new_tokens=16")) == 2 and "max_new_tokens" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(900)
@@ -118,12 +123,11 @@ def test_greedy_eval_of_a_checkpoint_directory(tmp_path, trained_run):
     assert row["finish_reasons"][0] in ("stop", "length")
 
 
-def test_greedy_with_several_samples_is_refused(tmp_path):
-    """eval.temperature=0 given explicitly with eval.n>1 would repeat one answer: a clear error, before loading."""
-    cmd = [sys.executable, "-m", "reasonrl.eval", "task=gsm8k", "eval.n=4", "eval.k=[1,4]", "eval.temperature=0",
-           f"eval.output_dir={tmp_path}"]
-    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
-    assert run.returncode == 2 and "eval.temperature" in run.stderr
+def test_greedy_with_several_samples_is_refused(tmp_path, capsys):
+    """eval.temperature=0 given explicitly with eval.n>1 would repeat one answer: a clear error, before loading (the
+    command's main, in this process)."""
+    args = ["task=gsm8k", "eval.n=4", "eval.k=[1,4]", "eval.temperature=0", f"eval.output_dir={tmp_path}"]
+    assert eval_main(args) == 2 and "eval.temperature" in capsys.readouterr().err
 
 
 @pytest.mark.vllm
