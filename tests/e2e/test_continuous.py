@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import planned_faults, read_jsonl, ray_trainer
+from helpers import fit_and_close, planned_faults, read_jsonl, ray_trainer
 
 BATCH = 4
 BASE = ["task=arith", "rollout.engine=hf", f"data.train_batch_size={BATCH}", "rollout.n=2",
@@ -25,11 +25,7 @@ BASE = ["task=arith", "rollout.engine=hf", f"data.train_batch_size={BATCH}", "ro
 def run(policy, args, out: Path, fault: str = ""):
     with planned_faults(fault):
         trainer = ray_trainer(BASE, policy, list(args) + [f"trainer.output_dir={out}"])
-        try:
-            trainer.fit()
-            return trainer.interrupted
-        finally:
-            trainer.close()
+        return fit_and_close(trainer, keep=lambda t: t.interrupted)
 
 
 def trained_ids(run_dir: Path):
