@@ -1,7 +1,7 @@
 """A worker that never answers: the run names the phase and the rank, prints the worker's stack, and exits 4 instead
 of hanging. The hang is made on purpose (``REASONRL_FAULT_AT=worker0.generate#1=hang`` blocks rank 0 on an event
 before its first generate), so the outcome never depends on timing: the watchdog's ceiling is the only clock. That
-ceiling is short (15 s), as the test waits it out in full: the first watched phase is the hung generate (the workers'
+ceiling is short (8 s), as the test waits it out in full: the first watched phase is the hung generate (the workers'
 start-up is not watched), so no honest phase can reach it first. The policy is conftest's ``tiny_policy`` (a random
 2-layer Llama with SmolLM2's tokenizer): the hang comes before the model's first token."""
 import os
@@ -18,7 +18,7 @@ def test_hung_worker_is_named_with_its_stack_and_the_run_exits(tmp_path, tiny_po
     out = tmp_path / "run"
     args = ["task=gsm8k", f"model.path={tiny_policy}", "rollout.engine=hf", "data.train_batch_size=2", "rollout.n=2",
             "rollout.max_new_tokens=8", "actor.micro_batch_size_per_worker=4", "reward.workers=1",
-            "trainer.logger=[jsonl]", "trainer.num_workers=1", "trainer.total_steps=2", "trainer.watchdog_max_s=15",
+            "trainer.logger=[jsonl]", "trainer.num_workers=1", "trainer.total_steps=2", "trainer.watchdog_max_s=8",
             f"trainer.output_dir={out}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", REASONRL_FAULT_AT="worker0.generate#1=hang")
     proc = subprocess.run([sys.executable, "-m", "reasonrl.train", *args], capture_output=True, text=True,
