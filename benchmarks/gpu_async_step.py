@@ -171,7 +171,8 @@ def run_mode(mode: str, args, result: Dict[str, Any], on_gpu: bool, tmp: Path) -
                 if plan.is_async and cfg.rollout.partial:  # a threaded replica answers beside its generation
                     records[-1]["replica_memory"] = trainer.rollouts.bench_memory(reset_peak=True)
             print(f"{mode} step {i} ({'warm-up' if i < warmup else 'timed'}): {records[-1]['wall_s']:.2f} s, "
-                  f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, lag {records[-1]['lag']}", flush=True)
+                  f"{records[-1]['trained_tokens_per_s']:.0f} trained tok/s, update {records[-1].get('update')}, "
+                  f"lag {records[-1]['lag']}", flush=True)
             entry["warmup_steps"], entry["steps"] = records[:warmup], records[warmup:]
             if entry["steps"]:
                 entry["summary"] = summarize(entry["steps"], records[warmup - 1] if warmup else None)

@@ -10,7 +10,8 @@ synchronous, and fully asynchronous on one GPU with ``async_rollout.share_device
   version-lag counters (``admission/lag_tokens/<k>``, ``admission/lag_groups/<k>``, when the run has them),
   ``async/staleness``, the share of the batch partial rollouts carried across a weight load (``partial``:
   ``rollout/partial_*``, when the samples record per-token versions) and the seconds of the publish the step reports
-  (``weight_sync/<part>_s``: with continuous generation the previous publish's, which ran beside this step).
+  (``weight_sync/<part>_s``: with continuous generation the previous publish's, which ran beside this step), and the
+  update's health (``update``: gradient norm, skipped optimizer steps, policy loss, entropy, importance weights).
 * ``summarize`` is the timed steps' median and spread (min, quartiles, max) of the rates and walls, the mean wall and
   the pooled rate (all trained tokens over all step seconds: the figure to compare when steps alternate between
   long and short, where a median falls between two clusters), the version-lag histogram
@@ -32,6 +33,10 @@ from reasonrl.workers.dispatch import ONE_TO_ALL, dispatch
 from reasonrl.workers.rollout_worker import RolloutWorker
 
 LAG_PREFIXES = ("admission/lag_tokens/", "admission/lag_groups/")
+UPDATE_KEYS = ("actor/grad_norm", "actor/skipped_optimizer_steps", "actor/pg_loss", "actor/entropy",
+               "offpolicy/is_weight_mean", "offpolicy/is_weight_max", "rollout/logprob_diff_max")
+"""The update's health, kept with each step under these names: a line whose updates went non-finite shows it step by
+step, and whether the replicas' log-probs (the importance weights' denominators) were finite."""
 
 
 class BenchRolloutWorker(RolloutWorker):
@@ -125,6 +130,9 @@ def step_record(metrics: Dict[str, Any], wall_s: float) -> Dict[str, Any]:
     load = {k[len("fleet/load/"):]: float(v) for k, v in metrics.items() if k.startswith("fleet/load/")}
     if load:  # groups each replica generated (several replicas a GPU: how the dispatcher spread them)
         record["fleet_load"] = load
+    update = {k: float(metrics[k]) for k in UPDATE_KEYS if k in metrics}
+    if update:
+        record["update"] = update
     publish = {k[len("weight_sync/"):-2]: float(v) for k, v in metrics.items()
                if k.startswith("weight_sync/") and k.endswith("_s")}
     if publish:

@@ -40,6 +40,16 @@ def test_step_record_keeps_the_share_partial_rollouts_carried_across_a_load():
     assert step_record(m, wall_s=5.0)["partial"] == {"partial_spanning_frac": 0.25, "partial_newer_token_frac": 0.1}
 
 
+def test_step_record_keeps_the_updates_health_non_finite_included():
+    m = {**metrics(4.0, 250.0, 10.0, 5.0), "actor/grad_norm": float("nan"), "actor/skipped_optimizer_steps": 1.0,
+         "actor/pg_loss": 0.5, "actor/kl": 0.2}
+    update = step_record(m, wall_s=5.0)["update"]
+    assert set(update) == {"actor/grad_norm", "actor/skipped_optimizer_steps", "actor/pg_loss"}  # not the kl
+    assert update["actor/grad_norm"] != update["actor/grad_norm"]  # NaN kept as NaN
+    assert update["actor/skipped_optimizer_steps"] == 1.0
+    assert "update" not in step_record(metrics(4.0, 250.0, 10.0, 5.0), wall_s=5.0)  # no update metrics, no record
+
+
 def test_summary_median_spread_and_the_lag_counters_growth():
     assert spread([4.0, 1.0, 3.0, 2.0]) == {"median": 2.5, "min": 1.0, "p25": 1.75, "p75": 3.25, "max": 4.0}
     assert spread([7.0]) == {"median": 7.0, "min": 7.0, "p25": 7.0, "p75": 7.0, "max": 7.0}
