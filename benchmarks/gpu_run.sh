@@ -54,6 +54,9 @@
 #   benchmarks/gpu_run.sh trl [ARGS]      setup, then benchmarks/gpu_trl_anchor.py ARGS -> $OUT/gpu_trl_anchor.json
 #   benchmarks/gpu_run.sh mfu [ARGS]      the wheels only (no vLLM, no Ray), then benchmarks/gpu_update_mfu.py ARGS
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
+#   benchmarks/gpu_run.sh mpsnan [ARGS]   the wheels only, then benchmarks/gpu_mps_nan.sh ARGS (the actor update with no
+#                                         MPS, under MPS, under MPS at 60% of the SMs: non-finite gradients?) -> $OUT/
+#                                         mps_nan_*.json, gpu_mps_nan.log (carry .carry/whl)
 #   benchmarks/gpu_run.sh packing [ARGS]  the wheels only, then benchmarks/gpu_packing.py ARGS -> $OUT/gpu_packing.json
 #   benchmarks/gpu_run.sh doctor [ARGS]   setup, then python -m reasonrl.doctor ARGS -> $OUT/doctor.txt, $OUT/doctor.json
 #   benchmarks/gpu_run.sh train [ARGS]    setup, assemble SmolLM2 (after lcpart 0 and 1), then the real CLI as a user
@@ -204,7 +207,7 @@ run_curriculum() {  # run_curriculum SECONDS: benchmarks/curriculum.py -> $OUT/c
   return $rc
 }
 
-cmd=${1:?usage: gpu_run.sh part K | setup | bg MODE | wait S | base | lcpart K | learn S | curriculum S | evidence S | gsm8k S | nanprobe S | step | asyncstep | anchors | trl | mfu | packing | doctor | train (see the header)}
+cmd=${1:?usage: gpu_run.sh part K | setup | bg MODE | wait S | base | lcpart K | learn S | curriculum S | evidence S | gsm8k S | nanprobe S | step | asyncstep | anchors | trl | mfu | mpsnan | packing | doctor | train (see the header)}
 shift
 case $cmd in
   part)
@@ -303,6 +306,9 @@ case $cmd in
   mfu)
     setup_wheels
     python3 benchmarks/gpu_update_mfu.py --out "$OUT/gpu_update_mfu.json" "$@" 2>&1 | tee "$OUT/gpu_update_mfu.log" ;;
+  mpsnan)
+    setup_wheels
+    bash benchmarks/gpu_mps_nan.sh "$@" 2>&1 | tee "$OUT/gpu_mps_nan.log" ;;
   packing)
     setup_wheels
     python3 benchmarks/gpu_packing.py --out "$OUT/gpu_packing.json" "$@" 2>&1 | tee "$OUT/gpu_packing.log" ;;
