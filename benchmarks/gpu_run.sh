@@ -87,6 +87,10 @@ install_wheels() {  # install_wheels MARKER WHEEL...: pip-install into $SITE onc
 }
 
 setup_wheels() {  # the project's pure-Python dependencies only (no Ray, no vLLM): enough for gpu_update_mfu.py
+  if [ "${NO_SETUP:-0}" = 1 ]; then
+    use_local_python
+    return
+  fi
   mkdir -p "$SITE"
   install_wheels .whl-ok .carry/whl/*.whl
   # setup.py maps reasonrl.{verifiers,sandboxes,datasets} to top-level folders; without an install, links do it
