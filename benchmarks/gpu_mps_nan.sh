@@ -13,7 +13,9 @@ OUT=${OUT:-/tmp/out}
 MPS=${MPS:-nvidia-cuda-mps-control}  # `true` on a CPU: no daemon, the three ways then differ in name only
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpsnan/p CUDA_MPS_LOG_DIRECTORY=/tmp/mpsnan/l
 mkdir -p "$OUT" $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-ARGS=(--variants fused --micro-batches 8 --warmup 1 --steps 2 --profile false --deadline-s 400 "$@")
+# The series' micro-batches: by a budget of 8192 tokens, as its lines ran (actor.max_tokens_per_micro_batch).
+ARGS=(--variants fused --micro-batches 8 --warmup 1 --steps 2 --profile false --deadline-s 400
+      --set actor.max_tokens_per_micro_batch=8192 "$@")
 update() {  # update LABEL [ENV...]: one gpu_update_mfu.py run in its own process
   local label=$1
   shift

@@ -151,6 +151,8 @@ def main() -> None:
                    help="profile one fused micro-batch forward + backward (top operators)")
     p.add_argument("--deadline-s", type=float, default=220.0, help="skip variants that would end after this")
     p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for the worker, after the script's own (repeatable)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     tiny = args.shape == "tiny"
@@ -204,7 +206,7 @@ def main() -> None:
                     if on_gpu:
                         torch.cuda.empty_cache()
                     t0 = time.perf_counter()
-                    worker = make_worker(model_dir, args, compile_layers, on_gpu)
+                    worker = make_worker(model_dir, args, compile_layers, on_gpu, extra=args.set)
                     worker_compiled = compile_layers
                     result["setup_s"][f"worker_init_compile={compile_layers}"] = time.perf_counter() - t0
                     if "path_check" not in result:
