@@ -273,10 +273,9 @@ COPY_PROMPT = "Copy this code block exactly, then say the number it prints:\n```
 def tool_copy_rows(count: int) -> List[Dict[str, Any]]:
     """``count`` math_tool rows (the python tool's system prompt, COPY_PROMPT for 6..6+count-1 times 7, the product as
     the answer): trajectories with tool turns from the real SmolLM2."""
-    from reasonrl.tools.python import SYSTEM_PROMPT
+    from reasonrl.datasets.math_tool import with_tool_prompt
 
-    return [{"data_source": "openai/gsm8k", "ability": "math", "verifier": "math",
-             "prompt": [{"role": "system", "content": SYSTEM_PROMPT},
-                        {"role": "user", "content": COPY_PROMPT.format(a=6 + i, b=7)}],
-             "reward_model": {"style": "rule", "ground_truth": str((6 + i) * 7)},
-             "extra_info": {"split": "train", "index": i}} for i in range(count)]
+    return [with_tool_prompt({"data_source": "openai/gsm8k", "ability": "math", "verifier": "math",
+                              "prompt": [{"role": "user", "content": COPY_PROMPT.format(a=6 + i, b=7)}],
+                              "reward_model": {"style": "rule", "ground_truth": str((6 + i) * 7)},
+                              "extra_info": {"split": "train", "index": i}}) for i in range(count)]
