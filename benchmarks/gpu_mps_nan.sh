@@ -6,8 +6,14 @@
 # replicas beside it) three ways: with no MPS, as a client of an MPS daemon, and as a client with
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60. Each writes $OUT/mps_nan_<label>.json (and .log); the last lines print each
 # way's gradient norm, policy loss and old log-prob mean. About 4 minutes on a GPU (an estimate: three updates' starts).
+# The thirty-third session's lease answered yes: at 60% the update alone had a NaN gradient norm and loss, with no MPS
+# and under MPS with no limit it was finite (benchmarks/results/s33_mps_nan_*.json).
 #   bash benchmarks/gpu_run.sh mpsnan [gpu_update_mfu.py ARGS]   (the wheels only, as `mfu`: carry .carry/whl)
-# CPU dry run: MPS=true NO_SETUP=1 OUT=/tmp/mpsnan bash benchmarks/gpu_run.sh mpsnan --shape tiny
+# LOCATE=1: which operation? benchmarks/gpu_cap_locate.py instead, three ways, all as MPS clients: no limit (the
+# control), 60%, and 60% with padded sdpa rows instead of packed varlen attention -> $OUT/cap_locate_<label>.json
+# (and .log). About 3 minutes (an estimate).
+#   LOCATE=1 bash benchmarks/gpu_run.sh mpsnan [gpu_cap_locate.py ARGS]
+# CPU dry runs: MPS=true NO_SETUP=1 OUT=/tmp/mpsnan bash benchmarks/gpu_run.sh mpsnan --shape tiny (and LOCATE=1)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 MPS=${MPS:-nvidia-cuda-mps-control}  # `true` on a CPU: no daemon, the three ways then differ in name only
@@ -24,6 +30,26 @@ update() {  # update LABEL [ENV...]: one gpu_update_mfu.py run in its own proces
     > "$OUT/mps_nan_$label.log" 2>&1
   echo "$label rc $?"
 }
+locate() {  # locate LABEL [ENV...] -- [ARGS...]: one gpu_cap_locate.py run in its own process
+  local label=$1 envs=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  echo "== $label"
+  env "${envs[@]}" python3 benchmarks/gpu_cap_locate.py --out "$OUT/cap_locate_$label.json" "$@" \
+    > "$OUT/cap_locate_$label.log" 2>&1
+  echo "$label rc $?"
+  grep -E '^(ops|passes) ' "$OUT/cap_locate_$label.log" | cut -c1-400
+}
+if [ "${LOCATE:-0}" = 1 ]; then
+  $MPS -d
+  locate mps A=1 -- "$@"
+  locate mps_sm60 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 -- "$@"
+  locate mps_sm60_sdpa CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 -- \
+    --set model.attn_implementation=sdpa --set actor.use_packing=false "$@"
+  echo quit | $MPS
+  exit 0
+fi
 update no_mps
 $MPS -d
 update mps A=1

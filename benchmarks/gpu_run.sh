@@ -56,7 +56,8 @@
 #                                         -> $OUT/gpu_update_mfu.json (carry .carry/whl)
 #   benchmarks/gpu_run.sh mpsnan [ARGS]   the wheels only, then benchmarks/gpu_mps_nan.sh ARGS (the actor update with no
 #                                         MPS, under MPS, under MPS at 60% of the SMs: non-finite gradients?) -> $OUT/
-#                                         mps_nan_*.json, gpu_mps_nan.log (carry .carry/whl)
+#                                         mps_nan_*.json, gpu_mps_nan.log (carry .carry/whl); LOCATE=1: which
+#                                         operation, benchmarks/gpu_cap_locate.py three ways -> $OUT/cap_locate_*.json
 #   benchmarks/gpu_run.sh packing [ARGS]  the wheels only, then benchmarks/gpu_packing.py ARGS -> $OUT/gpu_packing.json
 #   benchmarks/gpu_run.sh doctor [ARGS]   setup, then python -m reasonrl.doctor ARGS -> $OUT/doctor.txt, $OUT/doctor.json
 #   benchmarks/gpu_run.sh train [ARGS]    setup, assemble SmolLM2 (after lcpart 0 and 1), then the real CLI as a user

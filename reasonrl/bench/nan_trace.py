@@ -13,6 +13,9 @@ gradients was not, i.e. whose own backward made a non-finite value; of those, th
 chain (a layer and its attention share the blame) the deepest. When no module did
 (the gradient arriving at the model's outputs is already non-finite), the loss side is named (``"<loss>"``).
 
+``compared(out, ref)`` says whether an operation's output is finite and how far it is from a float32 reference
+(``benchmarks/gpu_cap_locate.py``'s model-free checks).
+
 ``inject_nan_grad(module)`` makes a module's backward emit NaN (a forward hook; its forward is untouched): the dry
 run's stand-in for the real defect. ``padding_facts`` and ``masked_row_sdpa_grads`` answer "are there fully masked
 query rows, and does SDPA's backward survive them?" without a model.
@@ -189,6 +192,17 @@ def localize(records: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"culprit": culprit, "candidates": candidates, "first_nonfinite_grad": first_bad,
             "first_nonfinite_forward": first_bad_fwd,
             "backward_records": len(backward)}
+
+
+def compared(out: torch.Tensor, ref: torch.Tensor) -> Dict[str, Any]:
+    """Is ``out`` finite (how many values are not), is the reference ``ref`` finite, and the largest absolute
+    difference between them where both are (None where no position is); both are read as float32."""
+    out, ref = out.detach().float(), ref.detach().float()
+    both = torch.isfinite(out) & torch.isfinite(ref)
+    return {"finite": bool(torch.isfinite(out).all()), "nonfinite_count": int((~torch.isfinite(out)).sum()),
+            "ref_finite": bool(torch.isfinite(ref).all()),
+            "max_abs_diff": float((out - ref)[both].abs().max()) if both.any() else None,
+            "ref_max_abs": float(ref[both].abs().max()) if both.any() else None}
 
 
 class _NanInBackward(torch.autograd.Function):

@@ -42,13 +42,13 @@ class AsyncRolloutConfig:
     actor_sm_percent: int = 100
     """With ``share_devices`` under MPS: the percentage of each shared GPU's SMs the trainer's kernels may use at
     once (NVIDIA's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, set in the actor's and the critic's processes before they
-    start CUDA), so the replicas' decode steps find SMs free while the update runs; 100: no limit. On one H200 the
-    replicas made about a third of their tokens/s alone while the trainer kept about 75% of its pace (docs/async.md,
-    "Two replicas and in-engine on that tail"). In a torch probe on one H100 a decode-like client beside a saturating
-    trainer-like one kept 0.82 of its speed alone at 60 (0.145 with no limit), the trainer 0.49, the best sum of caps
-    40-80 (docs/async.md, "The thirty-first session's lease"). Experimental: the one training run at 60 (one H100)
-    halted after 3 updates whose gradient norms were all non-finite, where the same run with no limit trained; the
-    cause is not known yet (docs/async.md, "The thirty-second session's lease")."""
+    start CUDA), so the replicas' decode steps find SMs free while the update runs; 100: no limit. **Only 100 is
+    accepted for now**: at 60 the actor's update alone, with no replica beside it, had a NaN gradient norm and loss
+    on an H100 (torch 2.11, CUDA 13.0), where the same update with no limit, with or without MPS, was finite; a
+    training run at 60 halted after 3 non-finite updates (docs/async.md, "The thirty-third session's lease";
+    ``benchmarks/gpu_cap_locate.py`` looks for the operation). In a torch probe on one H100 a decode-like client
+    beside a saturating trainer-like one kept 0.82 of its speed alone at 60 (0.145 with no limit), the trainer
+    0.49 (docs/async.md, "The thirty-first session's lease")."""
     actor_mps_priority: str = "normal"
     """With ``share_devices`` under MPS: the trainer's processes as MPS clients of ``normal`` priority or
     ``below_normal`` (NVIDIA's ``CUDA_MPS_CLIENT_PRIORITY`` 0 or 1), so that the GPU schedules the replicas' kernels

@@ -116,9 +116,16 @@ def combination_problems(cfg, vllm_installed: Optional[bool] = None) -> List[Pro
     return out
 
 
+SM_LIMIT_REFUSED = ("is refused for now; leave it at 100: a limit of 60 made the actor's update alone non-finite on "
+                    "an H100 (torch 2.11, CUDA 13.0: NaN gradient norm and loss, finite with no limit), so a run "
+                    "halts after its first updates (docs/async.md, \"The thirty-third session's lease\")")
+"""Why a trainer's SM limit below 100 is refused until the operation that breaks under it is found."""
+
+
 def mps_problems(a) -> List[Problem]:
     """``async_rollout.mps``: one of its three values; ``required`` only where a GPU is shared. The trainer's MPS
-    client limits (``actor_sm_percent``, ``actor_mps_priority``): a known priority, and set only where MPS may run."""
+    client limits (``actor_sm_percent``, ``actor_mps_priority``): a known priority, and set only where MPS may run;
+    an SM limit below 100 is refused where it would act (``SM_LIMIT_REFUSED``)."""
     if a.mps not in MPS_MODES:
         return [("async_rollout.mps", f"unknown {a.mps!r}; choose one of {', '.join(MPS_MODES)}")]
     if a.mps == "required" and not a.share_devices:
@@ -135,6 +142,8 @@ def mps_problems(a) -> List[Problem]:
         why = "only read with async_rollout.share_devices=true (MPS clients on a GPU the actor shares with replicas)"
     elif a.mps == "disabled":
         why = "has no effect with async_rollout.mps=disabled (it limits MPS clients)"
+    elif "actor_sm_percent" in limits:
+        return [("async_rollout.actor_sm_percent", f"{a.actor_sm_percent} {SM_LIMIT_REFUSED}")]
     else:
         return []
     return [(f"async_rollout.{key}", why) for key in limits]

@@ -3,7 +3,7 @@ first non-finite gradient, the masks attention was handed, and catching the firs
 import torch
 from torch import nn
 
-from reasonrl.bench.nan_trace import (LOSS, GradTrace, fully_masked_rows, inject_nan_grad, localize,
+from reasonrl.bench.nan_trace import (LOSS, GradTrace, compared, fully_masked_rows, inject_nan_grad, localize,
                                       masked_row_sdpa_grads, padding_facts)
 from reasonrl.bench.nan_worker import NonFiniteGradCatcher, grads_finite
 from reasonrl.data.batch import Batch
@@ -179,3 +179,14 @@ def test_catcher_keeps_the_first_micro_batch_with_a_non_finite_gradient():
     assert cap["where"] == {"zero_grads": 1, "micro_batch_in_mini": 2}
     assert cap["state"]["weight"].tolist() == [[1.0, 0.0]]
     assert grads_finite(model)  # cleared
+
+
+def test_compared_counts_non_finite_values_and_measures_the_rest_by_hand():
+    # out [1, nan, 3, inf] against ref [1.5, 2, 5, 4]: 2 values not finite; where both are, |1 - 1.5| and |3 - 5|
+    out = compared(torch.tensor([1.0, float("nan"), 3.0, float("inf")]), torch.tensor([1.5, 2.0, 5.0, 4.0]))
+    assert out == {"finite": False, "nonfinite_count": 2, "ref_finite": True, "max_abs_diff": 2.0, "ref_max_abs": 5.0}
+    # a bf16 output is read as float32: 1/3 in bf16 is 0.333984375, 0.000651... from the float32 reference
+    third = compared(torch.tensor([1 / 3], dtype=torch.bfloat16), torch.tensor([1 / 3]))
+    assert third["finite"] and abs(third["max_abs_diff"] - (0.333984375 - 1 / 3)) < 1e-7
+    # nothing finite in both: no difference to report
+    assert compared(torch.tensor([float("nan")]), torch.tensor([1.0]))["max_abs_diff"] is None

@@ -107,6 +107,13 @@ def test_several_replicas_a_gpu_split_its_bundle_evenly():
     assert (cpu_plan.replicas_per_device, cpu_plan.cpu_groups, cpu_plan.ray_cpus) == (2, 3, 6)
 
 
-def test_the_trainers_mps_limits_are_accepted_on_a_shared_gpu():
-    cfg = gpu_cfg(*SHARED, "async_rollout.actor_sm_percent=60", "async_rollout.actor_mps_priority=below_normal")
-    assert (cfg.async_rollout.actor_sm_percent, cfg.async_rollout.actor_mps_priority) == (60, "below_normal")
+def test_the_trainers_mps_priority_is_accepted_and_an_sm_limit_refused_on_a_shared_gpu():
+    cfg = gpu_cfg(*SHARED, "async_rollout.actor_mps_priority=below_normal")
+    assert (cfg.async_rollout.actor_sm_percent, cfg.async_rollout.actor_mps_priority) == (100, "below_normal")
+    assert gpu_cfg(*SHARED, "async_rollout.actor_sm_percent=100").async_rollout.actor_sm_percent == 100
+    # the limit that made the update alone non-finite on an H100 (docs/async.md), and any other below 100
+    for percent in (60, 99):
+        with pytest.raises(ConfigError, match=rf"config key 'async_rollout.actor_sm_percent': {percent} is refused for "
+                                              r"now; leave it at 100: a limit of 60 made the actor's update alone"):
+            gpu_cfg(*SHARED, f"async_rollout.actor_sm_percent={percent}",
+                    "async_rollout.actor_mps_priority=below_normal")
