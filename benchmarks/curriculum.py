@@ -25,7 +25,9 @@ fraction against rollouts, one line per sampler x seed). The summary compares th
 step every run reached (equal rollouts): accuracy per level, mean over seeds, the difference pass_rate - uniform,
 and its noise yardstick, twice the larger of the seeds' std and the binomial SE of a difference on the level's
 held-out problems; and, per level, each run's first validation step at ``--target-accuracy`` (steps to a fixed
-accuracy: ``summary.steps_to_target``).
+accuracy: ``summary.steps_to_target``). A run whose training fails (e.g. out of GPU memory beside the others) is
+kept in the JSON's runs with its ``failed`` record and left out of the summary (``summary.failed_runs``; exit
+status 1 after the JSON is written), so the runs that finished keep their figures.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import learning_curve as lc  # noqa: E402  (benchmarks/ is not a package)
 
@@ -72,6 +74,16 @@ def _mean_std(xs: List[float]) -> Dict[str, Any]:
 
 def _at_step(curve: List[List[float]], step: int) -> Optional[float]:
     return next((v for s, _, v in curve if s == step), None)
+
+
+def finished_runs(runs: Dict[str, List[Dict[str, Any]]]) -> Tuple[Dict[str, List[Dict[str, Any]]],
+                                                                    Dict[str, List[int]]]:
+    """(the runs to compare: each sampler's runs that did not fail, samplers with none left out; each sampler's
+    failed seeds). A run that crashed holds only the steps before its crash, so it would pull the compared step
+    back to them."""
+    kept = {name: [r for r in rs if not r.get("failed")] for name, rs in runs.items()}
+    failed = {name: [r["seed"] for r in rs if r.get("failed")] for name, rs in runs.items()}
+    return {name: rs for name, rs in kept.items() if rs}, failed
 
 
 def summarize(runs: Dict[str, List[Dict[str, Any]]], val_per_level: int) -> Dict[str, Any]:
@@ -209,16 +221,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                  f"data.val_limit={len(LEVELS) * args.val_size}", *args.overrides]
     with ThreadPoolExecutor(max_workers=len(args.samplers) if args.parallel else 1) as pool:
         futures = {name: pool.submit(lc.run_seeds, args.algorithm, args, [*overrides, f"data.sampler={name}"],
-                                     name, TASK, Path(__file__).resolve()) for name in args.samplers}
+                                     name, TASK, Path(__file__).resolve(), keep_failed=True)
+                   for name in args.samplers}
         runs = {name: f.result() for name, f in futures.items()}
     for rs in runs.values():
         for r in rs:
             r["curves"] = run_curves(lc.read_metrics(Path(r["run_dir"]) / "metrics.jsonl"))
+    compared, failed = finished_runs(runs)
+    if not compared:
+        raise RuntimeError(f"every run failed: {failed}; their logs are under {args.runs_dir}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
-    summary = summarize(runs, args.val_size)
-    summary["steps_to_target"] = steps_to_target(runs, args.target_accuracy, summary["compared_at_step"])
+    summary = summarize(compared, args.val_size)
+    summary["steps_to_target"] = steps_to_target(compared, args.target_accuracy, summary["compared_at_step"])
+    summary["failed_runs"] = failed
     result = {"benchmark": "curriculum", "task": TASK, "algorithm": args.algorithm, "samplers": args.samplers,
               "seeds": args.seeds, "steps": args.steps, "val_every": args.val_every, "shape": args.shape,
               "time_limit_s": args.time_limit_s, "note": args.note, "driver": args.driver, "overrides": overrides,
@@ -239,6 +256,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{name} {per[name]['steps']}" for name in args.samplers if name in per), flush=True)
     print("informative groups: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in
                                              summary.get("informative_groups", {}).items()) + f"; wrote {out}, {png}")
+    if any(failed.values()):
+        print(f"failed runs, left out of the summary (kept in the JSON's runs): {failed}", flush=True)
+        return 1
     return 0
 
 

@@ -146,12 +146,14 @@ def seed_command(algorithm: str, seed: int, args, overrides: Sequence[str], name
 
 
 def run_seeds(algorithm: str, args, overrides: Sequence[str], name: Optional[str] = None, task: str = "arith",
-              script: Optional[Path] = None) -> List[Dict[str, Any]]:
+              script: Optional[Path] = None, keep_failed: bool = False) -> List[Dict[str, Any]]:
     """Train every seed (one after another, or all at once with ``--parallel``) and read back their curves.
     ``name``, ``task`` and ``script`` go to ``seed_command`` (benchmarks/curriculum.py runs one name per sampler).
 
     With ``--time-limit-s`` a run still going at the limit is stopped and keeps the steps it logged (its last
-    validation is the curve's end; ``stopped_at_limit`` says so)."""
+    validation is the curve's end; ``stopped_at_limit`` says so). A seed whose training fails raises, naming it and
+    its log's tail; with ``keep_failed`` it is recorded instead (``failed``: the exit status and the log's tail,
+    and the curves it logged) and the other seeds go on, so one crashed run does not lose the others' figures."""
     deadline = time.time() + args.time_limit_s if args.time_limit_s else None
     started: List[Dict[str, Any]] = []
 
@@ -173,8 +175,12 @@ def run_seeds(algorithm: str, args, overrides: Sequence[str], name: Optional[str
         run["wall_s"] = round(time.time() - run["start"], 1)
         if proc.returncode != 0 and not run.get("stopped_at_limit"):
             tail = Path(run["log"].name).read_text()[-3000:]
-            raise RuntimeError(f"seed {run['seed']}: training failed (exit {proc.returncode}); log {run['log'].name}:"
-                               f"\n{tail}")
+            if not keep_failed:
+                raise RuntimeError(f"seed {run['seed']}: training failed (exit {proc.returncode}); log "
+                                   f"{run['log'].name}:\n{tail}")
+            run["failed"] = {"exit": proc.returncode, "log": run["log"].name, "log_tail": tail[-1500:]}
+            print(f"seed {run['seed']} ({name or algorithm}): training failed (exit {proc.returncode}); kept as "
+                  f"failed, log {run['log'].name}", flush=True)
 
     for seed in args.seeds:
         cmd = seed_command(algorithm, seed, args, overrides, name, task, script)
