@@ -26,7 +26,6 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -39,7 +38,8 @@ import reasonrl.models.forward as forward_module  # noqa: E402
 from reasonrl.bench.nan_trace import GradTrace, compared, localize  # noqa: E402
 from reasonrl.bench.records import exit_with_status, recorded, write  # noqa: E402
 from reasonrl.bench.shapes import SHAPES, write_random_model  # noqa: E402
-from reasonrl.bench.update_worker import make_worker, synthetic_batch  # noqa: E402
+from reasonrl.bench.update_worker import (add_worker_arguments, fill_length_defaults, make_worker,  # noqa: E402
+                                          synthetic_batch)
 from reasonrl.models import varlen_attention  # noqa: E402
 
 
@@ -135,21 +135,13 @@ def traced_passes(worker, batch) -> Dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    add_worker_arguments(p)
     p.add_argument("--rows", type=int, default=8, help="rows of the traced passes (the path check's 8)")
-    p.add_argument("--prompt-len", type=int, default=None, help="default 256 (tiny: 32)")
-    p.add_argument("--response-len", type=int, default=None, help="default 1024 (tiny: 96)")
     p.add_argument("--op-tokens", type=int, default=None, help="tokens of the model-free checks (default 8192; "
                                                                 "tiny: 256): a micro-batch's budget")
-    p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override for the worker, after the script's own (repeatable)")
-    p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    tiny = args.shape == "tiny"
-    args.prompt_len = args.prompt_len or (32 if tiny else 256)
-    args.response_len = args.response_len or (96 if tiny else 1024)
-    op_tokens = args.op_tokens or (256 if tiny else 8192)
+    fill_length_defaults(args)
+    op_tokens = args.op_tokens or (256 if args.shape == "tiny" else 8192)
     on_gpu = torch.cuda.is_available()
     device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
     wall_start = time.perf_counter()

@@ -31,7 +31,6 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,7 +41,8 @@ import torch  # noqa: E402
 import reasonrl.models.forward as forward_module  # noqa: E402
 from reasonrl.bench.records import exit_with_status, recorded, write  # noqa: E402
 from reasonrl.bench.shapes import H200_BF16_DENSE_FLOPS, SHAPES, parameter_count, write_random_model  # noqa: E402
-from reasonrl.bench.update_worker import GIB, make_worker, sync, synthetic_batch, timed  # noqa: E402
+from reasonrl.bench.update_worker import (GIB, add_worker_arguments, fill_length_defaults, make_worker,  # noqa: E402
+                                          sync, synthetic_batch, timed)
 from reasonrl.data import Batch  # noqa: E402
 from reasonrl.workers.fsdp import (offload_fsdp_model, offload_optimizer, onload_fsdp_model,  # noqa: E402
                                    onload_optimizer)
@@ -139,10 +139,8 @@ def offload_round_trip(worker, repeats: int = 2) -> Dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    add_worker_arguments(p)
     p.add_argument("--rows", type=int, default=None, help="rows in the update batch (default 64; tiny: 16)")
-    p.add_argument("--prompt-len", type=int, default=None, help="default 256 (tiny: 32)")
-    p.add_argument("--response-len", type=int, default=None, help="default 1024 (tiny: 96)")
     p.add_argument("--micro-batches", default="8,16", help="comma-separated micro-batch sizes (rows)")
     p.add_argument("--variants", default=",".join(PATHS), help=f"comma-separated, from {', '.join(PATHS)}")
     p.add_argument("--warmup", type=int, default=1, help="untimed updates per variant")
@@ -150,15 +148,9 @@ def main() -> None:
     p.add_argument("--profile", type=lambda s: s.lower() == "true", default=True,
                    help="profile one fused micro-batch forward + backward (top operators)")
     p.add_argument("--deadline-s", type=float, default=220.0, help="skip variants that would end after this")
-    p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override for the worker, after the script's own (repeatable)")
-    p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    tiny = args.shape == "tiny"
-    args.rows = args.rows or (16 if tiny else 64)
-    args.prompt_len = args.prompt_len or (32 if tiny else 256)
-    args.response_len = args.response_len or (96 if tiny else 1024)
+    fill_length_defaults(args)
+    args.rows = args.rows or (16 if args.shape == "tiny" else 64)
 
     on_gpu = torch.cuda.is_available()
     wall_start = time.perf_counter()

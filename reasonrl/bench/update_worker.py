@@ -3,6 +3,7 @@
 timing with the allocator's peak."""
 from __future__ import annotations
 
+import argparse
 import random
 import socket
 import time
@@ -11,6 +12,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
+from reasonrl.bench.shapes import SHAPES
 from reasonrl.config import load_config, to_dict
 from reasonrl.data import Batch
 from reasonrl.data.collate import collate_rollout
@@ -37,6 +39,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments every script built on ``make_worker`` and ``synthetic_batch`` takes (``--rows`` is each
+    script's own): the shape, the rows' lengths, where the random model goes, config overrides and the output."""
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    p.add_argument("--prompt-len", type=int, default=None, help="default 256 (tiny: 32)")
+    p.add_argument("--response-len", type=int, default=None, help="default 1024 (tiny: 96)")
+    p.add_argument("--model-dir", type=Path, default=Path("/tmp/reasonrl-bench-model"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for the worker, after the script's own (repeatable)")
+    p.add_argument("--out", type=Path, required=True)
+
+
+def fill_length_defaults(args: argparse.Namespace) -> None:
+    """``--prompt-len`` and ``--response-len`` left unset: 256 and 1024 tokens, or 32 and 96 with ``--shape tiny``."""
+    tiny = args.shape == "tiny"
+    args.prompt_len = args.prompt_len or (32 if tiny else 256)
+    args.response_len = args.response_len or (96 if tiny else 1024)
 
 
 def make_worker(model_dir: Path, args, compile_layers: bool, on_gpu: bool,
