@@ -5,12 +5,13 @@
     python benchmarks/curriculum.py --shape tiny --out /tmp/curriculum.json    # plumbing only, minutes on a CPU
 
 Task ``arith_levels`` (datasets/arith_levels.py: easy, medium and hard problems mixed in the training rows, 100
-held-out problems per level), or with ``--task countdown`` the graded countdown puzzles (datasets/countdown.py: levels
-l1 .. l5, docs/tasks.md). Every sampler x seed trains with the same algorithm, batch and steps, so each step costs
-the same rollouts (train_batch_size x rollout.n responses; no dynamic sampling); only the prompts drawn differ. The
-runs go through benchmarks/learning_curve.py's machinery (``--driver local``: the trainer in-process with one worker;
-``--parallel``: the seeds at once, and the samplers at once beside them; ``--time-limit-s``) and read the trainer's
-mix metrics (``reasonrl/trainer/metrics.py``, logged when the data has two or more levels):
+held-out problems per level), ``--task arith_chain`` (datasets/arith_chain.py: sums and differences of 3 to 8
+two-digit numbers, levels l1 .. l5) or ``--task countdown`` the graded countdown puzzles (datasets/countdown.py:
+levels l1 .. l5, docs/tasks.md). Every sampler x seed trains with the same algorithm, batch and steps, so each step
+costs the same rollouts (train_batch_size x rollout.n responses; no dynamic sampling); only the prompts drawn differ.
+The runs go through benchmarks/learning_curve.py's machinery (``--driver local``: the trainer in-process with one
+worker; ``--parallel``: the seeds at once, and the samplers at once beside them; ``--time-limit-s``) and read the
+trainer's mix metrics (``reasonrl/trainer/metrics.py``, logged when the data has two or more levels):
 
 * per round: ``levels/responses`` (rollouts), ``levels/informative_groups`` (share of the round's groups whose
   rewards are not all equal: the ones with a non-zero group-relative advantage, as DAPO's filter counts them,
@@ -172,7 +173,7 @@ def plot(runs: Dict[str, List[Dict[str, Any]]], path: Path) -> None:
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default=TASK, choices=["arith_levels", "countdown"],
+    parser.add_argument("--task", default=TASK, choices=["arith_levels", "arith_chain", "countdown"],
                         help="a generated task with levels (docs/tasks.md)")
     parser.add_argument("--algorithm", default="grpo", help="the algorithm preset both samplers train with")
     parser.add_argument("--samplers", nargs="+", default=["uniform", "pass_rate"], choices=["uniform", "pass_rate"])

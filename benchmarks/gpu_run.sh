@@ -32,7 +32,7 @@
 #       OPTS (learn, curriculum, evidence): --algos grpo,ppo (learn's algorithms), --label NAME (outputs
 #       learning_curve_<algo>_NAME.json, curriculum_NAME.json: e.g. a LoRA run beside a full one), --seeds 1,2,
 #       --steps N, --val-size N (learn: held-out prompts; curriculum: per level), --val-every N, --task T (curriculum:
-#       arith_levels, the default, or countdown: issue 50's A/B, e.g. --task countdown --label countdown --seeds 1,2,3)
+#       arith_levels (the default), arith_chain or countdown: issue 50's A/B, e.g. --task countdown --label countdown)
 #   benchmarks/gpu_run.sh bg MODE [ARGS]  run `gpu_run.sh MODE ARGS` in a process session of its own (setsid), so it
 #                                         outlives this call and runs on until the machine goes back; its $OUT is
 #                                         $BG_OUT or /tmp/bg_out (bg.log, its files, rc when it ends). One long run

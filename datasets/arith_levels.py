@@ -38,11 +38,13 @@ class Level:
     """Largest operand."""
     operators: Tuple[str, ...]
     """Operators drawn uniformly for each gap (a repeated entry is drawn more often)."""
+    task: str = "arith"
+    """The prefix of the rows' ``data_source`` (``arith_chain``'s levels name their task)."""
 
     @property
     def data_source(self) -> str:
-        """The rows' ``data_source``: ``arith_<name>``."""
-        return f"arith_{self.name}"
+        """The rows' ``data_source``: ``<task>_<name>`` (``arith_<name>`` here)."""
+        return f"{self.task}_{self.name}"
 
 
 LEVELS: Tuple[Level, ...] = (
@@ -98,15 +100,16 @@ def make_problem(rng: random.Random, level: Level, test: bool) -> Tuple[str, str
             return question, str(evaluate(numbers, operators))
 
 
-def level_problems(level: Level, split: str, count: int) -> List[Tuple[str, str]]:
-    """``count`` problems of one level for ``split`` ("train" or "test"; test problems are distinct). A level whose
-    space is too small for ``count`` distinct held-out problems (fewer than 7 x count problems; a fifth is held
-    out) is a ValueError naming it."""
+def level_problems(level: Level, split: str, count: int,
+                   seeds: Optional[Dict[str, int]] = None) -> List[Tuple[str, str]]:
+    """``count`` problems of one level for ``split`` ("train" or "test"; test problems are distinct), drawn from
+    ``seeds[split]`` (this module's ``SEEDS`` unless given). A level whose space is too small for ``count`` distinct
+    held-out problems (fewer than 7 x count problems; a fifth is held out) is a ValueError naming it."""
     space = (level.high - level.low + 1) ** level.operands * len(set(level.operators)) ** (level.operands - 1)
     if split == "test" and space < 7 * count:
         raise ValueError(f"level {level.name} has {space} problems: too few for {count} distinct held-out ones "
                          f"(a fifth is held out; it needs at least {7 * count})")
-    rng = random.Random(f"{SEEDS[split]}:{level.name}")
+    rng = random.Random(f"{(seeds or SEEDS)[split]}:{level.name}")
     out: List[Tuple[str, str]] = []
     seen = set()
     while len(out) < count:
@@ -134,11 +137,20 @@ def build_rows(split: str, data_dir: Optional[Path] = None) -> List[Dict]:
     """The rows of ``split`` (one of ``SPLITS``); ``data_dir`` is unused (generated)."""
     if split not in SPLITS:
         raise ValueError(f"arith_levels has splits {', '.join(SPLITS)}, not {split!r}")
+    return level_rows(LEVELS, split, SEEDS, TRAIN_PER_LEVEL, TEST_PER_LEVEL)
+
+
+def level_rows(levels: Sequence[Level], split: str, seeds: Dict[str, int], train_per_level: int,
+               test_per_level: int) -> List[Dict]:
+    """The rows of ``split`` ("train", "test" or "test_<level>") for a task made of ``levels``: train mixes
+    ``train_per_level`` problems of each level in a seeded order; test holds ``test_per_level`` of each, round-robin
+    over the levels; test_<level> is that level's part of test, with test's indices."""
     if split == "train":
-        tagged = [(q, a, level) for level in LEVELS for q, a in level_problems(level, "train", TRAIN_PER_LEVEL)]
-        random.Random(SEEDS["train"]).shuffle(tagged)
+        tagged = [(q, a, level) for level in levels for q, a in level_problems(level, "train", train_per_level, seeds)]
+        random.Random(seeds["train"]).shuffle(tagged)
     else:
-        per_level = [[(q, a, level) for q, a in level_problems(level, "test", TEST_PER_LEVEL)] for level in LEVELS]
+        per_level = [[(q, a, level) for q, a in level_problems(level, "test", test_per_level, seeds)]
+                     for level in levels]
         tagged = [item for group in zip(*per_level) for item in group]  # round-robin: easy, medium, hard, ...
     kind = "train" if split == "train" else "test"
     rows = [make_row(q, a, level, kind, i) for i, (q, a, level) in enumerate(tagged)]

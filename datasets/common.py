@@ -124,8 +124,8 @@ def read_rows(path: str) -> List[Dict[str, Any]]:
 
 RECIPES = Registry("dataset recipe", config_key="a task's recipe")
 """Recipe modules by name, imported when first asked for (each exposes ``build_rows(split, data_dir)``)."""
-for _name in ("arith", "arith_levels", "code_feedback", "countdown", "gsm8k", "humaneval", "math", "math_tool", "mbpp",
-              "minif2f", "search", "search_example", "search_examples", "search_hops"):
+for _name in ("arith", "arith_chain", "arith_levels", "code_feedback", "countdown", "gsm8k", "humaneval", "math",
+              "math_tool", "mbpp", "minif2f", "search", "search_example", "search_examples", "search_hops"):
     RECIPES.register_lazy(_name, f"{__package__}.{_name}")
 
 

@@ -313,8 +313,8 @@ class ToolConfig:
 class Config:
     task: str = "gsm8k"
     """Task (reasonrl/config/tasks.py: data files, generation length; rows pick their verifier): gsm8k, math, math500,
-    mbpp, humaneval, minif2f, arith, arith_levels, countdown, math_tool, search, search_example, search_examples,
-    search_hops, code_feedback."""
+    mbpp, humaneval, minif2f, arith, arith_levels, arith_chain, countdown, math_tool, search, search_example,
+    search_examples, search_hops, code_feedback."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -64,6 +64,10 @@ TASKS: Dict[str, Task] = {t.name: t for t in (
     # arith with difficulty levels (easy / medium / hard, each its data_source) for the curriculum experiments.
     Task("arith_levels", "arith_levels", "train", "test", "math", ("arith_easy", "arith_medium", "arith_hard"),
          "the answer in \\boxed{}", 64),
+    # Chained + and - of 2-digit numbers at five levels (3, 4, 5, 6, 8 operands; l1 .. l5, each its data_source): the
+    # same skill at every level, longer chains (docs/tasks.md). 256 tokens leave room to work a chain out.
+    Task("arith_chain", "arith_chain", "train", "test", "math", tuple(f"arith_chain_l{i}" for i in range(1, 6)),
+         "the answer in \\boxed{}", 256),
     # Countdown puzzles at five levels (l1 .. l5, each its data_source): reach a target from given numbers with + - * /,
     # each number at most once; scored exactly by the countdown verifier (docs/tasks.md).
     Task("countdown", "countdown", "train", "test", "countdown", tuple(f"countdown_l{i}" for i in range(1, 6)),
