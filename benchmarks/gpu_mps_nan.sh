@@ -10,8 +10,11 @@
 # and under MPS with no limit it was finite (benchmarks/results/s33_mps_nan_*.json).
 #   bash benchmarks/gpu_run.sh mpsnan [gpu_update_mfu.py ARGS]   (the wheels only, as `mfu`: carry .carry/whl)
 # LOCATE=1: which operation? benchmarks/gpu_cap_locate.py instead, three ways, all as MPS clients: no limit (the
-# control), 60%, and 60% with padded sdpa rows instead of packed varlen attention -> $OUT/cap_locate_<label>.json
-# (and .log). About 3 minutes (an estimate).
+# control), 60%, and 60% with cuBLASLt as torch's preferred BLAS library -> $OUT/cap_locate_<label>.json (and .log).
+# The thirty-fourth session's lease ran the first two and a third with padded sdpa rows (91 s for all three): every
+# op alone was finite under the cap, the grad pass was not (benchmarks/results/s34_cap_locate_*.json); this round
+# adds each linear's three GEMMs repeated, the parameters whose gradient is not finite, and the BLAS library. About
+# 3 minutes (an estimate).
 #   LOCATE=1 bash benchmarks/gpu_run.sh mpsnan [gpu_cap_locate.py ARGS]
 # CPU dry runs: MPS=true NO_SETUP=1 OUT=/tmp/mpsnan bash benchmarks/gpu_run.sh mpsnan --shape tiny (and LOCATE=1)
 set -uo pipefail
@@ -39,14 +42,13 @@ locate() {  # locate LABEL [ENV...] -- [ARGS...]: one gpu_cap_locate.py run in i
   env "${envs[@]}" python3 benchmarks/gpu_cap_locate.py --out "$OUT/cap_locate_$label.json" "$@" \
     > "$OUT/cap_locate_$label.log" 2>&1
   echo "$label rc $?"
-  grep -E '^(ops|passes) ' "$OUT/cap_locate_$label.log" | cut -c1-400
+  grep -E '^(ops|gemms|passes) ' "$OUT/cap_locate_$label.log" | cut -c1-400
 }
 if [ "${LOCATE:-0}" = 1 ]; then
   $MPS -d
   locate mps A=1 -- "$@"
   locate mps_sm60 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 -- "$@"
-  locate mps_sm60_sdpa CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 -- \
-    --set model.attn_implementation=sdpa --set actor.use_packing=false "$@"
+  locate mps_sm60_cublaslt CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60 -- --blas cublaslt "$@"
   echo quit | $MPS
   exit 0
 fi
