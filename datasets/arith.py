@@ -3,7 +3,10 @@ so learning is visible within a CPU budget. Deterministic: the rows depend only 
 
 The whole space is small (30 x 30 operands x 2 operations = 1,800 problems), so the splits partition it: a fixed
 fifth of the problems (``held_out``) is only ever drawn for test, and test rows are distinct. Held-out accuracy then
-measures generalisation to unseen problems, not recall of training prompts."""
+measures generalisation to unseen problems, not recall of training prompts.
+
+Every row asks the math verifier for one number (``extra_info.answer_kind = "number"``): the question is the
+expression, so without it a response that boxes the question (``\\boxed{12 + 7}``) is credited as its value."""
 from __future__ import annotations
 
 import random
@@ -46,7 +49,7 @@ def build_rows(split: str, data_dir: Optional[Path] = None) -> List[Dict]:
             "prompt": [{"role": "user", "content": f"{question} Put the final answer within \\boxed{{}}."}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"split": split, "index": i},
+            "extra_info": {"split": split, "index": i, "answer_kind": "number"},
             "verifier": "math",
         })
     return rows

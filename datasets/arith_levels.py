@@ -1,10 +1,12 @@
 """A generated task with difficulty levels: arithmetic problems at three levels (easy, medium, hard) for the
-curriculum experiments (docs/curriculum.md). ``arith`` stays as it is (its recorded learning curves compare with it).
+curriculum experiments (docs/curriculum.md). ``arith`` stays the two-number task.
 
 Each level fixes the number of operands, their range and the operators (``LEVELS``); a problem reads like arith's,
 ``What is 12 + 7 * 3? Put the final answer within \\boxed{}.``, and its answer follows the usual precedence (``*``
 before ``+``/``-``). Every row names its level twice: ``extra_info.level`` and ``data_source`` (``arith_<level>``,
-so per-task metrics and ``data.sampler=mixture`` see the levels as tasks).
+so per-task metrics and ``data.sampler=mixture`` see the levels as tasks), and asks the math verifier for one number
+(``extra_info.answer_kind = "number"``: a response that boxes the question, ``\\boxed{12 + 7 * 3}``, is otherwise
+credited as its value).
 
 Splits: ``train`` mixes the levels (``TRAIN_PER_LEVEL`` rows each, interleaved in a seeded random order); ``test``
 holds ``TEST_PER_LEVEL`` distinct held-out problems of each level in round-robin order (easy, medium, hard, easy, ...:
@@ -128,7 +130,7 @@ def make_row(question: str, answer: str, level: Level, split: str, index: int) -
         "prompt": [{"role": "user", "content": f"{question} Put the final answer within \\boxed{{}}."}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "level": level.name},
+        "extra_info": {"split": split, "index": index, "level": level.name, "answer_kind": "number"},
         "verifier": "math",
     }
 

@@ -206,15 +206,23 @@ class MathVerifier(Verifier):
         time_budget_s: wall-clock seconds the comparisons past the fast numeric path (arithmetic, sets, sympy)
             may take before the response scores 0 as ``too_complex`` (default 5.0, under the VerifierPool's
             10 s; 0 or None: no limit).
+        answer_kind: ``"number"``: credit only an answer that is one plain number (``17``, ``-55``, ``1,000``,
+            ``0.5``, ``3/4``); an expression still to evaluate (``28 - 72 + 61``), an equation or text scores 0,
+            reason ``not a number``. For tasks whose question is the expression (the generated arithmetic ones
+            set it per row, ``extra_info.answer_kind``, which wins over this option): otherwise restating the
+            question in the box is credited as its value. ``"any"`` (default): every form the pipeline compares.
     """
+
+    ANSWER_KINDS = ("any", "number")
 
     def __init__(self, float_rounding: int = 6, numeric_rel_tol: float = 1e-9,
                  fallback_last_number: bool = True, time_budget_s: Optional[float] = 5.0,
-                 require_marked_answer: bool = False, **options: Any) -> None:
+                 require_marked_answer: bool = False, answer_kind: str = "any", **options: Any) -> None:
         super().__init__(float_rounding=float_rounding, numeric_rel_tol=numeric_rel_tol,
                          fallback_last_number=fallback_last_number, time_budget_s=time_budget_s,
-                         require_marked_answer=require_marked_answer, **options)
+                         require_marked_answer=require_marked_answer, answer_kind=answer_kind, **options)
         self.require_marked_answer = bool(require_marked_answer)
+        self.answer_kind = self._answer_kind(answer_kind, "math verifier option answer_kind")
         self.float_rounding = int(float_rounding)
         self.numeric_rel_tol = float(numeric_rel_tol)
         self.fallback_last_number = bool(fallback_last_number)
@@ -222,9 +230,16 @@ class MathVerifier(Verifier):
             raise ValueError(f"math verifier option time_budget_s must be a number >= 0 or None, got {time_budget_s!r}")
         self.time_budget_s = float(time_budget_s) if time_budget_s else None
 
+    @classmethod
+    def _answer_kind(cls, kind: Any, what: str) -> str:
+        if kind not in cls.ANSWER_KINDS:
+            raise ValueError(f"{what} must be one of {', '.join(cls.ANSWER_KINDS)}, got {kind!r}")
+        return kind
+
     # -- public API --------------------------------------------------------------------------------
     def verify(self, response: str, ground_truth: Any, **extra: Any) -> VerifyResult:
-        """Score one response against ``ground_truth`` (a number string or a LaTeX answer)."""
+        """Score one response against ``ground_truth`` (a number string or a LaTeX answer). ``extra`` is the row's
+        ``extra_info``: its ``answer_kind``, when set, wins over the option."""
         if ground_truth is None or not str(ground_truth).strip():
             return VerifyResult.incorrect("empty ground truth", extracted=None)
         if not isinstance(response, str):
@@ -237,6 +252,11 @@ class MathVerifier(Verifier):
         if self.require_marked_answer and method not in MARKED_METHODS:
             return VerifyResult.incorrect("no marked answer (require_marked_answer: a box, an answer phrase or ####)",
                                           extracted=_preview(answer) if answer else None, method=method)
+        kind = self._answer_kind(extra.get("answer_kind") or self.answer_kind, "the row's extra_info.answer_kind")
+        if kind == "number" and answer is not None and not _is_plain_number(answer):
+            return VerifyResult.incorrect("not a number: the answer is an expression, an equation or text, and this "
+                                          "task asks for one number (answer_kind=number)",
+                                          extracted=_preview(answer), method=method)
         try:
             if answer is None:
                 return self._verify_unmarked(response, gold)
@@ -337,6 +357,15 @@ class MathVerifier(Verifier):
         reason = f"correct ({how})" if equal else f"not equal ({how})"
         return VerifyResult(score=1.0 if equal else 0.0, correct=bool(equal),
                             info={"extracted": answer, "method": method, "reason": reason})
+
+
+def _is_plain_number(answer: str) -> bool:
+    """Whether an extracted answer is one plain number once normalised (a decimal comma read as a point too)."""
+    normalized = normalize_answer(answer)
+    if parse_number(normalized) is not None:
+        return True
+    comma_decimal = decimal_comma(normalized)
+    return comma_decimal is not None and parse_number(comma_decimal) is not None
 
 
 def _preview(answer: Optional[str], limit: int = 200) -> Optional[str]:

@@ -59,3 +59,24 @@ def test_registration_and_bad_split():
     with pytest.raises(ValueError, match="arith_chain has splits train, test, test_l1, .*test_l5, not 'validation'"):
         ac.build_rows("validation")
 
+
+
+def test_generated_arithmetic_rows_ask_for_a_number_through_the_real_pool():
+    # every generated arithmetic row asks for one number, so the question boxed back scores 0 through the real
+    # verifier workers, whatever the reward config says; its answer boxed scores 1
+    from reasonrl.config.schema import RewardConfig
+    from reasonrl.datasets import arith, arith_levels
+    from reasonrl.rewards.items import verify_item
+    from reasonrl.verifiers import VerifierPool
+
+    rows = [arith.build_rows("test")[0], arith_levels.build_rows("test")[2], ac.build_rows("test")[0]]
+    assert all(r["extra_info"]["answer_kind"] == "number" for r in rows)
+    items = []
+    for row in rows:
+        expression = row["prompt"][0]["content"].split("What is ")[1].split("?")[0]  # "28 - 72 + 61"
+        for response in (f"\\boxed{{{expression}}}", f"\\boxed{{{row['reward_model']['ground_truth']}}}"):
+            item = verify_item(row, response, RewardConfig())
+            items.append((item.verifier, item.response, item.ground_truth, item.extra))
+    with VerifierPool(workers=1, timeout_s=30) as pool:
+        scores = [r.score for r in pool.verify_batch(items)]
+    assert scores == [0.0, 1.0] * 3

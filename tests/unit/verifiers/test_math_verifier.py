@@ -166,6 +166,26 @@ def test_require_marked_answer_credits_only_a_marked_one(verifier):
     assert not strict.verify("\\boxed{1205}", "1204").correct
 
 
+def test_answer_kind_number_refuses_the_question_restated(verifier):
+    # arith_chain's first held-out row: "What is 28 - 72 + 61?", 17. By default the box's arithmetic is evaluated, so
+    # the question copied into it (or an equation) is credited; with answer_kind=number only a plain number is
+    number = get_verifier("math", answer_kind="number")
+    for copied in ("\\boxed{28 - 72 + 61}", "\\boxed{28-72+61=17}", "So 28 - 72 + 61 = 17"):
+        assert verifier.verify(copied, "17").correct, copied
+        refused = number.verify(copied, "17")
+        assert refused.score == 0.0 and refused.info["reason"].startswith("not a number"), copied
+        assert verifier.verify(copied, "17", answer_kind="number").score == 0.0  # the row's extra_info wins
+    for plain in ("28 - 72 = -44, -44 + 61 = 17, so \\boxed{17}", "The answer is 17.", "\\boxed{17.0}", "#### 17"):
+        assert number.verify(plain, "17").correct, plain
+    assert number.verify("\\boxed{-55}", "-55").correct and not number.verify("\\boxed{55}", "-55").correct
+    assert number.verify("\\boxed{3/4}", "0.75").correct  # a fraction is one number
+    assert get_verifier("math", answer_kind="number").verify("\\boxed{17}", "17", answer_kind="any").correct
+    with pytest.raises(ValueError, match="answer_kind must be one of any, number, got 'int'"):
+        get_verifier("math", answer_kind="int")
+    with pytest.raises(ValueError, match="extra_info.answer_kind must be one of any, number, got 'digits'"):
+        verifier.verify("\\boxed{17}", "17", answer_kind="digits")
+
+
 # -- fidelity on the real answer files -------------------------------------------------------------
 def test_every_math500_solution_verifies_against_its_own_answer(verifier, data_dir):
     rows = [json.loads(line) for line in open(data_dir / "math500_test.jsonl")]
