@@ -38,7 +38,8 @@ TASKS = ("countdown", "arith_chain")
 """The graded tasks this measures (their recipes' ``LEVELS``)."""
 FORMAT_INVALID = {
     "countdown": ("no_box", "malformed", "not_allowed"),  # no expression of integers and + - * / to read
-    "math": ("no answer", "no stated answer", "the final \\boxed{ never closes", "no marked answer"),  # no answer
+    "math": ("no answer", "no stated answer", "the final \\boxed{ never closes", "no marked answer",  # no answer
+             "not a number"),  # answer_kind=number: an expression or text where one number was asked for
 }
 """Per verifier, how the reasons for a response with no readable answer begin."""
 

@@ -206,11 +206,13 @@ class MathVerifier(Verifier):
         time_budget_s: wall-clock seconds the comparisons past the fast numeric path (arithmetic, sets, sympy)
             may take before the response scores 0 as ``too_complex`` (default 5.0, under the VerifierPool's
             10 s; 0 or None: no limit).
-        answer_kind: ``"number"``: credit only an answer that is one plain number (``17``, ``-55``, ``1,000``,
-            ``0.5``, ``3/4``); an expression still to evaluate (``28 - 72 + 61``), an equation or text scores 0,
-            reason ``not a number``. For tasks whose question is the expression (the generated arithmetic ones
-            set it per row, ``extra_info.answer_kind``, which wins over this option): otherwise restating the
-            question in the box is credited as its value. ``"any"`` (default): every form the pipeline compares.
+        answer_kind: ``"number"``: credit only an answer that states one plain number (``17``, ``-55``, ``1,000``,
+            ``0.5``, ``3/4``), alone or as the last side of an equation (``28 - 72 + 61 = 17`` states 17, and only
+            17 is compared); an expression still to evaluate (``28 - 72 + 61``), an equation that ends in one, or
+            text scores 0, reason ``not a number``. For tasks whose question is the expression (the generated
+            arithmetic ones set it per row, ``extra_info.answer_kind``, which wins over this option): otherwise
+            restating the question in the box is credited as its value. ``"any"`` (default): every form the
+            pipeline compares.
     """
 
     ANSWER_KINDS = ("any", "number")
@@ -253,10 +255,14 @@ class MathVerifier(Verifier):
             return VerifyResult.incorrect("no marked answer (require_marked_answer: a box, an answer phrase or ####)",
                                           extracted=_preview(answer) if answer else None, method=method)
         kind = self._answer_kind(extra.get("answer_kind") or self.answer_kind, "the row's extra_info.answer_kind")
-        if kind == "number" and answer is not None and not _is_plain_number(answer):
-            return VerifyResult.incorrect("not a number: the answer is an expression, an equation or text, and this "
-                                          "task asks for one number (answer_kind=number)",
-                                          extracted=_preview(answer), method=method)
+        if kind == "number" and answer is not None:
+            stated = _stated_number(answer)
+            if stated is None:
+                return VerifyResult.incorrect("not a number: the answer is an expression or text, or an equation "
+                                              "that ends in one, and this task asks for one number "
+                                              "(answer_kind=number)",
+                                              extracted=_preview(answer), method=method)
+            answer = stated
         try:
             if answer is None:
                 return self._verify_unmarked(response, gold)
@@ -359,13 +365,15 @@ class MathVerifier(Verifier):
                             info={"extracted": answer, "method": method, "reason": reason})
 
 
-def _is_plain_number(answer: str) -> bool:
-    """Whether an extracted answer is one plain number once normalised (a decimal comma read as a point too)."""
-    normalized = normalize_answer(answer)
+def _stated_number(answer: str) -> Optional[str]:
+    """The one plain number an extracted answer states: itself, or the last side of an equation (``a + b = 19``
+    states 19); None when that is an expression or text. A decimal comma is read as a point too."""
+    last = answer.rsplit("=", 1)[-1]
+    normalized = normalize_answer(last)
     if parse_number(normalized) is not None:
-        return True
+        return last.strip()
     comma_decimal = decimal_comma(normalized)
-    return comma_decimal is not None and parse_number(comma_decimal) is not None
+    return last.strip() if comma_decimal is not None and parse_number(comma_decimal) is not None else None
 
 
 def _preview(answer: Optional[str], limit: int = 200) -> Optional[str]:

@@ -9,10 +9,13 @@ def test_format_valid_reads_each_verifiers_reasons(tmp_path):
 
     gtb = benchmark_module("graded_task_base")
     # l1: two problems x 2 samples, one with no readable answer -> format-valid 3/4; pass@1 2/4 = 0.5, binomial SE
-    # sqrt(0.5 * 0.5 / 4) = 0.25, both problems at 0.5 so the problems' SE is 0. l2: one truncated box of 1 sample.
+    # sqrt(0.5 * 0.5 / 4) = 0.25, both problems at 0.5 so the problems' SE is 0. l2: a truncated box and an
+    # expression where a number was asked for (answer_kind=number): neither readable
     rows = [{"level": "l1", "reasons": ["correct (numeric)", "not equal (numeric)"], "correct": [True, False]},
-            {"level": "l1", "reasons": ["no answer found in the response", "correct (numeric)"], "correct": [False, True]},
-            {"level": "l2", "reasons": ["the final \\boxed{ never closes (a truncated response)"], "correct": [False]}]
+            {"level": "l1", "reasons": ["no answer found in the response", "correct (numeric)"],
+             "correct": [False, True]},
+            {"level": "l2", "reasons": ["the final \\boxed{ never closes (a truncated response)",
+                                        "not a number: the answer is an expression"], "correct": [False, False]}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "samples.parquet")
     stats = gtb.sample_stats(tmp_path, gtb.FORMAT_INVALID["math"])
     assert stats["l1"]["format_valid"] == 0.75 and stats["l2"]["format_valid"] == 0.0

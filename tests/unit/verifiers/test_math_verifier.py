@@ -167,16 +167,21 @@ def test_require_marked_answer_credits_only_a_marked_one(verifier):
 
 
 def test_answer_kind_number_refuses_the_question_restated(verifier):
-    # arith_chain's first held-out row: "What is 28 - 72 + 61?", 17. By default the box's arithmetic is evaluated, so
-    # the question copied into it (or an equation) is credited; with answer_kind=number only a plain number is
+    # arith_chain's first held-out row: "What is 28 - 72 + 61?", 17. By default the answer's arithmetic is evaluated,
+    # so the question copied into the box, before an empty box, alone on the final line, or as both sides of an
+    # equation is credited; with answer_kind=number only a stated plain number is
     number = get_verifier("math", answer_kind="number")
-    for copied in ("\\boxed{28 - 72 + 61}", "\\boxed{28-72+61=17}", "So 28 - 72 + 61 = 17"):
+    for copied in ("\\boxed{28 - 72 + 61}", "28 - 72 + 61 = \\boxed{}", "28 - 72 + 61",
+                   "28 - 72 + 61 = 17 = 28 - 72 + 61"):
         assert verifier.verify(copied, "17").correct, copied
         refused = number.verify(copied, "17")
         assert refused.score == 0.0 and refused.info["reason"].startswith("not a number"), copied
         assert verifier.verify(copied, "17", answer_kind="number").score == 0.0  # the row's extra_info wins
-    for plain in ("28 - 72 = -44, -44 + 61 = 17, so \\boxed{17}", "The answer is 17.", "\\boxed{17.0}", "#### 17"):
-        assert number.verify(plain, "17").correct, plain
+    # a number stated alone, or as an equation's last side (only that side is compared), is credited
+    for stated in ("28 - 72 = -44, -44 + 61 = 17, so \\boxed{17}", "The answer is 17.", "\\boxed{17.0}", "#### 17",
+                   "\\boxed{28 - 72 + 61 = 17}", "So 28 - 72 + 61 = 17"):
+        assert number.verify(stated, "17").correct, stated
+    assert not number.verify("28 - 72 + 61 = 18", "17").correct
     assert number.verify("\\boxed{-55}", "-55").correct and not number.verify("\\boxed{55}", "-55").correct
     assert number.verify("\\boxed{3/4}", "0.75").correct  # a fraction is one number
     assert get_verifier("math", answer_kind="number").verify("\\boxed{17}", "17", answer_kind="any").correct
