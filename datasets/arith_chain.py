@@ -1,8 +1,8 @@
 """Chained arithmetic at five levels: longer and longer sums and differences of 2-digit numbers (issue 50's graded
 task family, beside ``countdown``).
 
-Why another family: SmolLM2-135M-Instruct saturates ``arith_levels`` within 5 steps (it lacked the answer format,
-not the arithmetic), and on ``countdown`` its top levels stay at 0 because they need a search it cannot do
+Why another family: on ``countdown`` SmolLM2-135M-Instruct's top levels stay at 0 because they need a search
+it cannot do, and ``arith_levels`` (three levels, three numbers at most) saturated within 5 steps
 (docs/curriculum.md). Here every level needs the same skill, one more addition or subtraction at a time, so a model
 that learns to work a chain step by step can climb the levels; the length alone makes the top ones hard at step 0.
 

@@ -1,10 +1,11 @@
 """Countdown puzzles at graded levels: reach a target from given numbers with ``+ - * /``, each number at most once.
 
-The task family the curriculum experiments need (issue 50): SmolLM2-135M-Instruct saturates ``arith_levels`` in a few
-steps because it lacked the answer format, not the arithmetic; here the upper levels need a search the model cannot
-do at step 0. Each level (``LEVELS``) fixes how many numbers a puzzle gives, how many of them every solution must
-use at least (``needed``: the target is checked unreachable from any smaller subset, exactly, over every expression
-tree, in Fraction arithmetic), the numbers' range and the operators of the generator's own solution.
+The task family the curriculum experiments need (issue 50): SmolLM2-135M-Instruct saturated ``arith_levels`` in a
+few steps (scored then by a math verifier that credited the question copied into the box: docs/verifiers.md); here
+the upper levels need a search the model cannot do at step 0. Each level (``LEVELS``) fixes how many numbers a
+puzzle gives, how many of them every solution must use at least (``needed``: the target is checked unreachable from
+any smaller subset, exactly, over every expression tree, in Fraction arithmetic), the numbers' range and the
+operators of the generator's own solution.
 
 A puzzle is drawn as: distinct numbers from [low, high]; ``needed`` of them combined at random by the level's
 operators (``-`` only to a positive result, ``/`` only when it divides exactly) into the *witness* expression; its

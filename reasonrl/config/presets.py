@@ -55,15 +55,15 @@ LAPTOP_PROFILE: Dict[str, Any] = {
     "algorithm": {"use_kl_loss": False},
     "trainer": {"total_steps": 10, "val_every": 5, "val_before_train": True, "save_every": 0},
 }
-# The command that shows learning on a laptop; the CPU profile's notice points to it.
+# The command for a run on a laptop with rewards to learn from; the CPU profile's notice points to it.
 LAPTOP_COMMAND = "python -m reasonrl.train task=arith trainer.profile=laptop"
 
 
 def profile_notice(profile: str, task: str) -> str:
     """The start-up line that announces a size profile (empty when none applies)."""
     if profile == "laptop":
-        return (f"reasonrl: laptop profile — {LAPTOP_PROFILE['trainer']['total_steps']} steps of settings that learn "
-                "task=arith on a 2-core CPU (presets.LAPTOP_PROFILE; README.md, Train)")
+        return (f"reasonrl: laptop profile — {LAPTOP_PROFILE['trainer']['total_steps']} steps of task=arith sized "
+                "for a 2-core CPU (presets.LAPTOP_PROFILE; what it measured: README.md, Train)")
     if profile != "cpu":
         return ""
     notice = ("reasonrl: no GPU — using the CPU profile (small batch and lengths; set trainer.profile=none or give "
@@ -71,7 +71,7 @@ def profile_notice(profile: str, task: str) -> str:
     if task == "gsm8k":
         notice += ("\nreasonrl: the default model (SmolLM2-135M) scores about 0 on GSM8K on the CPU profile (most "
                    f"answers are cut off at {CPU_PROFILE['rollout']['max_new_tokens']} tokens): no reward, nothing to "
-                   f"learn from. To see learning on a CPU in minutes: {LAPTOP_COMMAND}")
+                   f"learn from. For a run with rewards to learn from on a CPU: {LAPTOP_COMMAND}")
     return notice
 
 

@@ -247,8 +247,8 @@ class TrainerConfig:
     validation's step (0: none). The same prompts come first every time, so one question's answer can be followed
     from validation to validation; the fields are the sample log's (reasonrl.logging.sample_log)."""
     profile: str = "auto"
-    """Size profile: auto (cpu when no GPU and no sizes given), cpu, laptop (the sizes and learning settings under
-    which SmolLM2 learns ``task=arith`` on a 2-core CPU in minutes: presets.LAPTOP_PROFILE), none."""
+    """Size profile: auto (cpu when no GPU and no sizes given), cpu, laptop (10 steps of ``task=arith`` with SmolLM2
+    sized for a 2-core CPU, in minutes: presets.LAPTOP_PROFILE; what it measured: README.md, Train), none."""
     ray_address: Optional[str] = None
     """Ray cluster address; None starts a local Ray."""
     watchdog_max_s: float = 3600.0
