@@ -166,7 +166,9 @@ def traced_passes(worker, batch, grad_repeats: int = 1) -> Dict[str, Any]:
             loss = -(lp * mask).sum() / mask.sum()
             loss.backward()
         found = localize(tracer.records)
-        grads = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+        # FSDP2's gradients are DTensors: their local shards (all of it on one rank) for the checks and the CPU copy
+        grads = [(name, getattr(p.grad, "to_local", lambda g=p.grad: g)()) for name, p in model.named_parameters()
+                 if p.grad is not None]
         norm = torch.sqrt(sum(grad.float().square().sum() for _, grad in grads))
         bad = [name for name, grad in grads if not bool(torch.isfinite(grad).all())]
         cpu_sq = sum(float(grad.detach().to("cpu", torch.float64).square().sum()) for _, grad in grads)
